@@ -1,0 +1,1 @@
+"""Controller-side logic for vllm-ops (imported by filter plugins and CLIs)."""
