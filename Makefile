@@ -1,0 +1,105 @@
+# vllm-ops: set-up, sandbox, demo and tests. Every target is idempotent.
+# Set-up needs root on Debian 12 (apt, podman configuration).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+COLLECTIONS := .collections/ansible_collections
+IMAGE := localhost/vllm-ops-host
+ANSIBLE_WHEEL := ansible==12.3.0
+# Collections taken from the ansible wheel (Galaxy is not reachable).
+COLLECTION_NAMES := ansible/posix
+APT_PACKAGES := podman runc debootstrap psmisc uidmap slirp4netns openssh-client make git
+PODMAN_CONF := /etc/containers/containers.conf.d/50-vllm-ops.conf
+SANDBOX := vllm-sandbox
+SANDBOX_PORT := 2222
+
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: help setup apt venv collections podman-conf image sandbox sandbox-destroy \
+        demo test lint unit integration molecule lock clean
+
+help:  ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+setup: apt venv collections podman-conf image  ## Everything a fresh machine needs
+
+apt: .cache/apt.stamp  ## Debian packages (podman, runc, debootstrap, psmisc)
+.cache/apt.stamp: Makefile
+	@mkdir -p .cache
+	@if ! dpkg-query -W -f='$${Status}\n' $(APT_PACKAGES) 2>/dev/null | grep -qv 'install ok installed' \
+	    && [ "$$(dpkg-query -W -f='$${Status}\n' $(APT_PACKAGES) 2>/dev/null | wc -l)" = "$(words $(APT_PACKAGES))" ]; then \
+	    echo "apt packages present"; \
+	else \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
+	@touch $@
+
+venv: $(VENV)/.stamp  ## .venv with the pinned Python dependencies and this package
+$(VENV)/.stamp: requirements.lock pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock 2>&1 | grep -v '^WARNING: Location' || true
+	@$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . 2>&1 | grep -v '^WARNING: Location' || true
+	@$(PY) -m pip check >/dev/null
+	@touch $@
+
+collections: $(COLLECTIONS)/.stamp  ## Ansible collections, from the ansible wheel
+$(COLLECTIONS)/.stamp: Makefile
+	@mkdir -p .cache/wheels $(COLLECTIONS)
+	@ls .cache/wheels/ansible-*.whl >/dev/null 2>&1 || \
+	    $(PY) -m pip download -q --no-deps --disable-pip-version-check -d .cache/wheels $(ANSIBLE_WHEEL) 2>&1 | grep -v '^WARNING: Location' || true
+	@for c in $(COLLECTION_NAMES); do \
+	    rm -rf $(COLLECTIONS)/$$c; \
+	    $(PY) -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); p = "ansible_collections/" + sys.argv[2] + "/"; z.extractall(sys.argv[3], [n for n in z.namelist() if n.startswith(p)])' \
+	        .cache/wheels/ansible-*.whl $$c .collections; \
+	done
+	@touch $@
+
+podman-conf: $(PODMAN_CONF)  ## Podman settings for systemd containers on this machine
+$(PODMAN_CONF): molecule/resources/containers.conf
+	install -D -m 0644 $< $@
+
+image: apt podman-conf  ## The sandbox host image (debootstrap + podman import)
+	@molecule/resources/image/build.sh $(IMAGE)
+
+sandbox: setup  ## Start (or reuse) the sandbox host and install its GPU stand-ins
+	@molecule/resources/sandbox.sh up $(SANDBOX) $(SANDBOX_PORT)
+	@$(BIN)/ansible-playbook -i inventory/sandbox molecule/resources/prepare.yml
+
+sandbox-destroy:  ## Remove the sandbox host
+	@molecule/resources/sandbox.sh down $(SANDBOX)
+
+demo: sandbox  ## Set up, then run the main job against the sandbox
+	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
+	$(BIN)/ansible-playbook -i inventory/sandbox profile.yml
+
+lint: venv collections  ## yamllint, ansible-lint, argument_specs vs defaults
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint
+	$(PY) tests/check_argument_specs.py
+
+unit: venv collections  ## pytest: package, plugins, modules, stand-ins
+	$(BIN)/pytest -q tests --ignore=tests/integration
+
+integration: setup  ## pytest against sandbox containers
+	$(BIN)/pytest -q tests/integration
+
+molecule: setup  ## Every Molecule scenario
+	@for s in $$(ls molecule | grep -v resources); do \
+	    (cd . && $(BIN)/molecule test -s $$s) || exit 1; \
+	done
+
+test: setup lint unit molecule integration  ## Everything CI runs
+
+lock:  ## Re-resolve requirements.in into requirements.lock
+	python3 -m venv .cache/lock-venv
+	.cache/lock-venv/bin/pip install -q -r requirements.in
+	.cache/lock-venv/bin/pip freeze --exclude-editable > requirements.lock
+
+clean: sandbox-destroy  ## Remove set-up outputs (keeps the image)
+	rm -rf $(VENV) .collections .cache

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Sandbox hosts: podman containers with systemd as PID 1 that are reached
+# the way production hosts are, over SSH on a loopback port as the
+# unprivileged user `ops`, who has sudo for `become`.
+#
+#   sandbox.sh up NAME SSH_PORT    start (or reuse) NAME, print when SSH works
+#   sandbox.sh down NAME           remove NAME (no error if it is absent)
+#
+# The SSH key pair lives in .sandbox/ at the repository root (git-ignored).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+image=${VLLM_OPS_IMAGE:-localhost/vllm-ops-host:latest}
+key="$root/.sandbox/id_ed25519"
+
+ensure_key() {
+    mkdir -p "$root/.sandbox"
+    [ -f "$key" ] || ssh-keygen -q -t ed25519 -N '' -C vllm-ops-sandbox -f "$key"
+}
+
+wait_for() {  # wait_for SECONDS DESCRIPTION CMD...
+    local limit=$1 what=$2 i
+    shift 2
+    for ((i = 0; i < limit; i++)); do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 1
+    done
+    echo "sandbox: $what did not happen within ${limit}s" >&2
+    return 1
+}
+
+booted() {
+    local state
+    state=$(podman exec "$1" systemctl is-system-running 2>/dev/null) || true
+    [ "$state" = running ] || [ "$state" = degraded ]
+}
+
+up() {
+    local name=$1 port=$2
+    ensure_key
+    if ! podman container exists "$name"; then
+        podman run -d --name "$name" --hostname "$name" \
+            --systemd=always --cap-add SYS_PTRACE --shm-size 1g \
+            --publish "127.0.0.1:$port:22" \
+            --label vllm-ops.sandbox=1 \
+            "$image" /sbin/init >/dev/null
+    elif [ "$(podman container inspect -f '{{.State.Running}}' "$name")" != true ]; then
+        podman start "$name" >/dev/null
+    fi
+    wait_for 60 "systemd boot in $name" booted "$name"
+    podman exec -i "$name" bash -s <"$root/molecule/resources/bootstrap.sh" "$(cat "$key.pub")"
+    wait_for 30 "SSH login to $name on 127.0.0.1:$port" \
+        ssh -i "$key" -p "$port" -o BatchMode=yes -o StrictHostKeyChecking=no \
+        -o UserKnownHostsFile=/dev/null -o ConnectTimeout=2 ops@127.0.0.1 true
+    echo "sandbox $name is up: ssh -i $key -p $port ops@127.0.0.1"
+}
+
+down() {
+    podman rm -f --time 5 "$1" >/dev/null 2>&1 || true
+    echo "sandbox $1 removed"
+}
+
+case "${1:-}" in
+up) up "${2:?NAME}" "${3:?SSH_PORT}" ;;
+down) down "${2:?NAME}" ;;
+*)
+    echo "usage: sandbox.sh up NAME SSH_PORT | down NAME" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,70 @@
+"""Action side of vllm_wait_healthy: wait through a long load, showing progress.
+
+A module cannot print while it runs, and a 30-minute model load must not be
+silent, so this plugin runs the module one window at a time and prints the
+loading progress between windows.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    _VALID_ARGS = frozenset(("unit", "url", "timeout_s", "poll_interval_s", "progress_interval_s", "request_timeout_s"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        try:
+            timeout_s = int(args.get("timeout_s", 2400))
+            interval_s = max(int(args.get("progress_interval_s", 60)), 1)
+            poll_s = float(args.get("poll_interval_s", 5))
+            unit, url = args["unit"], args["url"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise AnsibleActionFail(f"vllm_wait_healthy: bad arguments: {exc}") from exc
+
+        host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
+        started = time.monotonic()
+        invocation = ""
+        while True:
+            elapsed = time.monotonic() - started
+            window = max(min(interval_s, timeout_s - elapsed), poll_s)
+            module_args = {
+                "unit": unit,
+                "url": url,
+                "window_s": window,
+                "poll_interval_s": poll_s,
+                "invocation_id": invocation,
+            }
+            if "request_timeout_s" in args:
+                module_args["request_timeout_s"] = args["request_timeout_s"]
+            answer = self._execute_module(
+                module_name="vllm_wait_healthy", module_args=module_args, task_vars=task_vars
+            )
+            elapsed = time.monotonic() - started
+            answer["elapsed_s"] = round(elapsed, 1)
+            if answer.get("failed") or answer.get("healthy"):
+                result.update(answer)
+                result["changed"] = False
+                return result
+            invocation = answer.get("invocation_id", "")
+            if elapsed >= timeout_s:
+                result.update(answer)
+                result.update(
+                    failed=True,
+                    changed=False,
+                    msg=f"{unit} was not healthy after {timeout_s}s (vllm_health_timeout_s): "
+                    f"{answer.get('progress')}; /health status {answer.get('status')}.",
+                )
+                return result
+            display.display(
+                f"{host}: {unit} not ready after {int(elapsed)}s: {answer.get('progress')}",
+                color="cyan",
+            )

@@ -1,0 +1,109 @@
+"""Check the vllm role's variables before anything changes on a host.
+
+Each problem is one sentence that names the variable and what is allowed,
+so an operator can fix the inventory without reading the role.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+
+__all__ = ["NCCL_ALGOS", "NCCL_PROTOS", "settings_errors"]
+
+NCCL_PROTOS = ("LL", "LL128", "Simple")
+NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+
+
+def _is_int(value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    return isinstance(value, str) and value.strip().isdigit()
+
+
+def _positive_int(name: str, value: object, upper: int | None = None) -> list[str]:
+    if not _is_int(value) or int(value) < 1 or (upper is not None and int(value) > upper):
+        bound = f"from 1 to {upper}" if upper else "a positive integer"
+        return [f"{name} is {value!r}: allowed values are {bound}."]
+    return []
+
+
+def _nccl_list(name: str, value: object, allowed: tuple[str, ...]) -> list[str]:
+    """NCCL_PROTO/NCCL_ALGO: a comma-separated list, optionally prefixed by ^."""
+    text = str(value).strip()
+    items = text[1:] if text.startswith("^") else text
+    names = [item.strip() for item in items.split(",")]
+    lowered = {a.lower(): a for a in allowed}
+    bad = [item for item in names if item.lower() not in lowered]
+    if not text or bad:
+        return [
+            f"vllm_environment.{name} is {value!r}: allowed values are {', '.join(allowed)} "
+            "(several joined by commas, optionally prefixed by ^ to exclude them)."
+        ]
+    return []
+
+
+def _absolute(name: str, value: object) -> list[str]:
+    if not isinstance(value, str) or not posixpath.isabs(value):
+        return [f"{name} is {value!r}: it must be an absolute path."]
+    return []
+
+
+def settings_errors(settings: Mapping[str, object]) -> list[str]:
+    """Return every problem found in the role's settings (empty when valid)."""
+    errors: list[str] = []
+    model = settings.get("vllm_model_path")
+    if not model:
+        errors.append("vllm_model_path is not set: it must name the model checkpoint directory on the host.")
+    else:
+        errors += _absolute("vllm_model_path", model)
+    errors += _absolute("vllm_executable", settings.get("vllm_executable"))
+    errors += _absolute("vllm_profiling_trace_dir", settings.get("vllm_profiling_trace_dir"))
+    errors += _positive_int("vllm_port", settings.get("vllm_port"), 65535)
+    errors += _positive_int("vllm_tensor_parallel_size", settings.get("vllm_tensor_parallel_size"))
+    errors += _positive_int("vllm_max_model_len", settings.get("vllm_max_model_len"))
+    errors += _positive_int("vllm_health_timeout_s", settings.get("vllm_health_timeout_s"))
+
+    utilization = settings.get("vllm_gpu_memory_utilization")
+    try:
+        fraction = float(utilization)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        fraction = -1.0
+    if isinstance(utilization, bool) or not 0 < fraction <= 1:
+        errors.append(
+            f"vllm_gpu_memory_utilization is {utilization!r}: allowed values are above 0 and at most 1."
+        )
+
+    environment = settings.get("vllm_environment") or {}
+    if not isinstance(environment, Mapping):
+        errors.append(f"vllm_environment is {environment!r}: it must be a mapping of variable names to values.")
+        environment = {}
+    for key in environment:
+        if not str(key).replace("_", "A").isalnum() or str(key)[0].isdigit():
+            errors.append(f"vllm_environment key {key!r} is not a valid environment variable name.")
+    if "NCCL_PROTO" in environment:
+        errors += _nccl_list("NCCL_PROTO", environment["NCCL_PROTO"], NCCL_PROTOS)
+    if "NCCL_ALGO" in environment:
+        errors += _nccl_list("NCCL_ALGO", environment["NCCL_ALGO"], NCCL_ALGOS)
+    if "NCCL_MAX_NCHANNELS" in environment:
+        errors += _positive_int("vllm_environment.NCCL_MAX_NCHANNELS", environment["NCCL_MAX_NCHANNELS"], 64)
+    for secret in ("VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        if secret in environment:
+            errors.append(
+                f"vllm_environment holds {secret}: set the secret through vllm_api_key or vllm_hf_token, "
+                "which keep it in a root-only file and out of logs."
+            )
+
+    profiler = settings.get("vllm_profiler_config") or {}
+    if not isinstance(profiler, Mapping):
+        errors.append(f"vllm_profiler_config is {profiler!r}: it must be a mapping of profiler fields.")
+    else:
+        for reserved in ("profiler", "torch_profiler_dir"):
+            if reserved in profiler:
+                errors.append(
+                    f"vllm_profiler_config sets {reserved}, which the role sets itself "
+                    "(from vllm_profiling_trace_dir): remove it."
+                )
+    return errors
