@@ -1,0 +1,80 @@
+"""``vllm-trace-summary``: where decode time goes, from torch.profiler traces of vLLM."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .categories import DEFAULT_RULES
+from .errors import TraceInputError
+from .render import to_markdown
+from .summary import DEFAULT_DECODE_PATTERN, DEFAULT_PREFILL_PATTERN, FALLBACK_DECODE_PATTERN, summarize
+
+PROG = "vllm-trace-summary"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Summarize torch.profiler traces (one file per rank) of a vLLM run: CUDA time per decode "
+                    "step by kernel category, and all-reduce time corrected for rank skew.",
+        epilog="Exit status: 0 on success (warnings included in the output), 2 on bad input or usage.",
+    )
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="trace files (*.pt.trace.json.gz, *.json, *.json.gz) or directories holding them")
+    p.add_argument("--decode-pattern", metavar="REGEX", default=None,
+                   help=f"regex for decode step annotations (default: {DEFAULT_DECODE_PATTERN}, "
+                        f"falling back to {FALLBACK_DECODE_PATTERN} when no rank has any)")
+    p.add_argument("--prefill-pattern", metavar="REGEX", default=None,
+                   help=f"regex for prefill step annotations (default: {DEFAULT_PREFILL_PATTERN})")
+    p.add_argument("--format", choices=("json", "markdown"), default="json", help="output format (default json)")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="top kernels listed per rank (default 10)")
+    p.add_argument("--category", action="append", default=[], metavar="NAME=REGEX",
+                   help="extra classification rule, tried before the built-in table (repeatable)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="skip unreadable files with a warning instead of failing")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="worker processes, one rank each (default: one per file, at most one per CPU)")
+    p.add_argument("--parser", choices=("auto", "fast", "general"), default="auto",
+                   help="auto: torch-layout fast path with a general fallback (default); general: full JSON "
+                        "parse, which also validates the parts of the file the summary does not use")
+    p.add_argument("--list-categories", action="store_true", help="print the category table and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list_categories:
+        for rule in DEFAULT_RULES:
+            print(f"{rule.category:12s} {rule.pattern}\n{'':12s} {rule.note}")
+        print(f"{'memcpy':12s} (trace category gpu_memcpy)\n{'memset':12s} (trace category gpu_memset)")
+        print(f"{'other':12s} (anything no rule matches)")
+        return 0
+    if not args.paths:
+        parser.print_usage(sys.stderr)
+        print(f"{PROG}: error: give at least one trace file or directory", file=sys.stderr)
+        return 2
+    try:
+        summary = summarize(
+            args.paths, decode_pattern=args.decode_pattern, prefill_pattern=args.prefill_pattern,
+            keep_going=args.keep_going, top=args.top, categories=args.category or None, jobs=args.jobs,
+            parser=args.parser,
+        )
+    except TraceInputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    text = to_markdown(summary) if args.format == "markdown" else json.dumps(summary, indent=2) + "\n"
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
