@@ -149,11 +149,11 @@ class _Stream:
     def __exit__(self, *exc):
         self._fh.close()
 
-    def read(self, size: int = CHUNK) -> bytes:
+    def read(self, size: int | None = None) -> bytes:
         if size == 0:  # ijson probes with read(0) for the type of data
             return b""
         try:
-            data = self._fh.read(size if size > 0 else CHUNK)
+            data = self._fh.read(size if size and size > 0 else CHUNK)
         except EOFError:
             raise TraceInputError(
                 f"{self.path}: truncated gzip (the compressed data ends before the end-of-stream marker)"
@@ -267,6 +267,12 @@ def _read_fast(path: str, span_patterns) -> TraceData:
     with _Stream(path) as stream:
         buf = stream.read()
         m = _FAST_START.search(buf)
+        while m is None and len(buf) < _HEAD_KEEP:
+            more = stream.read()
+            if not more:
+                break
+            buf += more
+            m = _FAST_START.search(buf)
         if not buf.lstrip().startswith(b"{") or m is None:
             raise _LayoutMismatch("no torch-style traceEvents array at the start")
         pos = m.start()

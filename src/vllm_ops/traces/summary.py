@@ -166,9 +166,18 @@ def _graph_launches_without_activity(data: TraceData) -> int:
 def _kind_stats(data: TraceData, spans: list, cats: list, is_nccl: list,
                 classifier: Classifier, top: int) -> dict:
     spans = sorted(spans)
-    starts = [s for s, _, _ in spans]
-    ends = [s + d for s, d, _ in spans]
-    overlaps = sum(1 for i in range(1, len(spans)) if starts[i] < ends[i - 1])
+    # Attribution uses the union of the spans, so an activity inside overlapping
+    # (e.g. nested) spans is counted once.
+    starts: list[float] = []
+    ends: list[float] = []
+    overlaps = 0
+    for s, d, _ in spans:
+        if ends and s < ends[-1]:
+            overlaps += 1
+            ends[-1] = max(ends[-1], s + d)
+        else:
+            starts.append(s)
+            ends.append(s + d)
     n_names = len(data.names)
     tot = [0.0] * n_names
     cnt = [0] * n_names
@@ -194,7 +203,7 @@ def _kind_stats(data: TraceData, spans: list, cats: list, is_nccl: list,
     return {
         "steps": steps,
         "overlapping_spans": overlaps,
-        "wall_us": sum(e - s for s, e in zip(starts, ends)),
+        "wall_us": sum(d for _, d, _ in spans),
         "cuda_us": cuda_us,
         "activities_in_steps": sum(cnt),
         "category_us": by_cat,
@@ -246,7 +255,7 @@ def _combine(ranks: list[dict], patterns: dict, user_decode: bool, warnings: lis
         st = r["kinds"][_PREFILL]
         if st["steps"] and st["overlapping_spans"]:
             warnings.append(f"rank {r['rank']} ({_base(r)}): {st['overlapping_spans']} prefill spans overlap "
-                            "the one before; activities are counted in the later span only.")
+                            "the one before; activities in the overlap are counted once.")
     return {
         "decode_pattern": decode_used,
         "prefill_pattern": patterns[_PREFILL].pattern,
@@ -390,7 +399,7 @@ def _step_warnings(ranks: list[dict], kind: str, pattern: str, label: str, warni
             warnings.append(f"{where}: {st['steps']} {label} steps found but no GPU activity starts inside them.")
         if st["overlapping_spans"]:
             warnings.append(f"{where}: {st['overlapping_spans']} {label} spans overlap the one before; "
-                            "activities are counted in the later span only.")
+                            "activities in the overlap are counted once.")
     counts = {r["rank"]: r["kinds"][kind]["steps"] for r in ranks}
     if len(set(counts.values())) > 1:
         warnings.append(f"ranks have different {label} step counts ({_per_rank(counts)}); "

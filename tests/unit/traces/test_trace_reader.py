@@ -1,0 +1,183 @@
+import gzip
+import re
+
+import pytest
+
+from vllm_ops.traces import TraceInputError
+from vllm_ops.traces import reader
+from vllm_ops.traces.reader import find_trace_files, normalize_annotation, rank_from_filename, read_trace
+
+PATTERNS = {"decode": re.compile(r"^decode_step$")}
+
+
+def _events(ev):
+    return [
+        ev.cpu_op("aten::mm", 1.0, 5.0),
+        ev.runtime("cudaLaunchKernel", 1.5, 1.0, corr=11),
+        ev.kernel("nvjet_sm90_tst_64x8", 10.0, 4.0, corr=11),
+        ev.kernel('weird "quoted" \\ name', 15.0, 1.5, corr=12),
+        ev.kernel("Memcpy DtoD (Device -> Device)", 17.0, 0.5, corr=13, cat="gpu_memcpy"),
+        ev.kernel("Memset (Device)", 18.0, 0.25, corr=14, cat="gpu_memset"),
+        ev.runtime("cudaGraphLaunch", 19.0, 1.0, corr=20),
+        ev.span("decode_step", 9.0, 20.0),
+        ev.span("nccl:all_reduce", 12.0, 1.0),
+        ev.span("decode_step", 1.0, 2.0, cat="user_annotation"),
+        {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+    ]
+
+
+def _fingerprint(d):
+    return (d.rank, d.world_size, d.devices, d.names, d.name_cats, list(d.ts), list(d.dur), list(d.name_id),
+            list(d.corr), d.spans, dict(d.gpu_annotation_names), dict(d.cpu_annotation_names),
+            d.graph_launch_corr)
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_fast_and_general_paths_agree(write_trace, ev, gz):
+    path = write_trace("r.json.gz" if gz else "r.json", _events(ev), rank=3, world_size=4, gz=gz)
+    fast = read_trace(path, PATTERNS, parser="fast")
+    general = read_trace(path, PATTERNS, parser="general")
+    assert fast.parser == "fast" and general.parser == "general"
+    assert _fingerprint(fast) == _fingerprint(general)
+    assert fast.rank == 3 and fast.world_size == 4 and fast.devices == {0: "Test GPU"}
+    assert fast.names[1] == 'weird "quoted" \\ name'
+    assert fast.name_cats == ["kernel", "kernel", "gpu_memcpy", "gpu_memset"]
+    assert list(fast.corr) == [11, 12, 13, 14]
+    assert fast.spans == {"decode": [(9.0, 20.0, "decode_step")]}
+    assert fast.graph_launch_corr == [20]
+    assert fast.gpu_annotation_names == {"decode_step": 1, "nccl:all_reduce": 1}
+
+
+@pytest.mark.parametrize("layout", ["minified", "indent"])
+def test_other_layouts_use_the_general_parser(write_trace, ev, layout):
+    torch_path = write_trace("a.json.gz", _events(ev), rank=1, world_size=2)
+    other_path = write_trace("b.json.gz", _events(ev), rank=1, world_size=2, layout=layout)
+    other = read_trace(other_path, PATTERNS)
+    assert other.parser == "general"
+    assert _fingerprint(other) == _fingerprint(read_trace(torch_path, PATTERNS))
+    with pytest.raises(TraceInputError, match="not in torch's exporter layout"):
+        read_trace(other_path, PATTERNS, parser="fast")
+
+
+def test_one_odd_event_sends_the_whole_file_to_the_general_parser(tmp_path, ev):
+    doc = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": _events(ev)}
+    text = ev.render(doc)
+    # Re-lay one kernel with its keys in another order: the fast regex misses it, the count check sees it.
+    odd = '  {"cat": "kernel", "ph": "X", "name": "hidden", "pid": 0, "tid": 7, "ts": 30.0, "dur": 2.0}'
+    text = text.replace('  "traceEvents": [\n', '  "traceEvents": [\n' + odd + ",\n", 1)
+    path = tmp_path / "odd.json"
+    path.write_text(text)
+    data = read_trace(str(path), PATTERNS)
+    assert data.parser == "general"
+    assert "hidden" in data.names
+
+
+def test_small_chunks_cut_between_events(write_trace, ev, monkeypatch):
+    events = []
+    for i in range(200):
+        events.append(ev.kernel(f"k{i % 7}", 100.0 + i, 0.5, corr=i))
+        events.append(ev.cpu_op("aten::add", 100.0 + i, 0.1))
+    events.append(ev.span("decode_step", 99.0, 300.0))
+    path = write_trace("chunks.json.gz", events)
+    whole = read_trace(path, PATTERNS, parser="fast")
+    monkeypatch.setattr(reader, "CHUNK", 97)
+    small = read_trace(path, PATTERNS, parser="fast")
+    assert _fingerprint(small) == _fingerprint(whole)
+    assert small.activities == 200
+
+
+def test_distributed_info_after_the_events_is_found(tmp_path, ev):
+    text = ('{"traceEvents": [' + ",".join(__import__("json").dumps(e) for e in _events(ev)) +
+            '], "distributedInfo": {"rank": 5, "world_size": 8, "pg_config": [{"ranks": [0, 1]}]}}')
+    path = tmp_path / "tail.json"
+    path.write_text(text)
+    data = read_trace(str(path), PATTERNS)
+    assert (data.rank, data.world_size) == (5, 8)
+
+
+def test_rank_from_file_name():
+    assert rank_from_filename("/x/dp0_pp0_tp3_dcp0_ep0_rank3.1712.pt.trace.json.gz") == 3
+    assert rank_from_filename("/x/tp2_rank1.pt.trace.json.gz") == 1
+    assert rank_from_filename("/x/trace.json") is None
+
+
+def test_normalize_annotation_collapses_digits():
+    assert normalize_annotation("execute_context_1(888_788544)_generation_0(0)") == \
+        "execute_context_N(N_N)_generation_N(N)"
+
+
+def test_find_trace_files_expands_directories(tmp_path):
+    (tmp_path / "b_rank1.pt.trace.json.gz").write_bytes(b"x")
+    (tmp_path / "a_rank0.json").write_bytes(b"x")
+    (tmp_path / "notes.txt").write_bytes(b"x")
+    assert [p.rsplit("/", 1)[1] for p in find_trace_files(str(tmp_path))] == \
+        ["a_rank0.json", "b_rank1.pt.trace.json.gz"]
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_truncated_gzip(write_trace, ev, tmp_path):
+    good = open(write_trace("whole.json.gz", _events(ev) * 50), "rb").read()
+    cut = tmp_path / "cut_rank0.json.gz"
+    cut.write_bytes(good[: len(good) // 2])
+    for parser in ("auto", "general"):
+        with pytest.raises(TraceInputError, match=r"cut_rank0.json.gz: truncated gzip"):
+            read_trace(str(cut), PATTERNS, parser=parser)
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_invalid_json(tmp_path, gz):
+    path = tmp_path / ("bad.json.gz" if gz else "bad.json")
+    text = b'{"traceEvents": [{"ph": "X", "cat": "kernel", oops}]}'
+    path.write_bytes(gzip.compress(text) if gz else text)
+    with pytest.raises(TraceInputError, match=r"bad.json(.gz)?: invalid JSON"):
+        read_trace(str(path), PATTERNS)
+
+
+def test_truncated_plain_json(write_trace, ev, tmp_path):
+    text = open(write_trace("t.json", _events(ev), gz=False), "rb").read()
+    path = tmp_path / "half.json"
+    path.write_bytes(text[: len(text) // 2])
+    with pytest.raises(TraceInputError, match=r"half.json: (truncated|invalid) JSON"):
+        read_trace(str(path), PATTERNS)
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.json.gz"
+    path.write_bytes(b"")
+    with pytest.raises(TraceInputError, match=r"empty.json.gz: empty file"):
+        read_trace(str(path), PATTERNS)
+
+
+def test_gzip_of_nothing(tmp_path):
+    path = tmp_path / "nothing.json.gz"
+    path.write_bytes(gzip.compress(b""))
+    with pytest.raises(TraceInputError, match=r"nothing.json.gz: empty file"):
+        read_trace(str(path), PATTERNS)
+
+
+def test_json_that_is_not_a_trace(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model": "x"}')
+    with pytest.raises(TraceInputError, match=r"config.json: no traceEvents array"):
+        read_trace(str(path), PATTERNS)
+
+
+def test_not_gzip_despite_the_name_is_read_as_json(tmp_path):
+    path = tmp_path / "plain.json.gz"
+    path.write_text('{"traceEvents": []}')
+    assert read_trace(str(path), PATTERNS).activities == 0
+
+
+def test_empty_directory_and_missing_path(tmp_path):
+    with pytest.raises(TraceInputError, match="directory holds no trace files"):
+        find_trace_files(str(tmp_path))
+    with pytest.raises(TraceInputError, match="no such file or directory"):
+        find_trace_files(str(tmp_path / "nope"))
+    with pytest.raises(TraceInputError, match="no trace paths given"):
+        find_trace_files([])
+
+
+def test_unknown_parser_name(write_trace, ev):
+    with pytest.raises(TraceInputError, match="unknown parser"):
+        read_trace(write_trace("x.json.gz", _events(ev)), PATTERNS, parser="turbo")

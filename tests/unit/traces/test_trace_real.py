@@ -1,0 +1,130 @@
+"""The real traces in ../shared/traces, checked against plain json.load computations."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_ops.traces import summarize
+
+GPU = ("kernel", "gpu_memcpy", "gpu_memset")
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
+
+
+def _load(path):
+    with gzip.open(path) as fh:
+        return json.load(fh)
+
+
+def _by_hand(doc, step_name):
+    """Steps, CUDA us, all-reduce durations in start order (inside steps), per rank."""
+    events = doc["traceEvents"]
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("cat") == "gpu_user_annotation" and e["name"] == step_name]
+    inside = [e for e in events if e.get("cat") in GPU and any(a <= e["ts"] < b for a, b in spans)]
+    allreduce = sorted((e["ts"], e["dur"]) for e in inside if "AllReduce" in e["name"])
+    gemm = sum(e["dur"] for e in inside if e["name"].startswith("nvjet") or "splitKreduce" in e["name"])
+    return {"steps": len(spans), "cuda": sum(e["dur"] for e in inside), "gemm": gemm,
+            "allreduce": [d for _, d in allreduce], "wall": sum(b - a for a, b in spans)}
+
+
+@pytest.fixture(scope="module")
+def h200():
+    d = SHARED / "h200_tp2_decode"
+    if not d.is_dir():
+        pytest.skip(f"real traces not found at {d}")
+    hand = {r: _by_hand(_load(d / f"tp2_rank{r}.pt.trace.json.gz"), "decode_step") for r in (0, 1)}
+    return d, hand, summarize([str(d)], decode_pattern="^decode_step$")
+
+
+def test_h200_per_rank_figures(h200):
+    _, hand, s = h200
+    for entry in s["ranks"]:
+        h = hand[entry["rank"]]
+        assert entry["decode_steps"] == h["steps"] == 12
+        assert entry["device"] == "NVIDIA H200"
+        assert entry["cuda_ms_per_step"] == pytest.approx(h["cuda"] / 12 / 1000, abs=1e-4)
+        assert entry["step_wall_ms_per_step"] == pytest.approx(h["wall"] / 12 / 1000, abs=1e-4)
+        share = sum(h["allreduce"]) / h["cuda"]
+        assert entry["categories"]["allreduce"]["share"] == pytest.approx(share, abs=1e-4)
+        assert entry["categories"]["gemm"]["ms_per_step"] == pytest.approx(h["gemm"] / 12 / 1000, abs=1e-4)
+        assert entry["categories"]["other"]["ms_per_step"] == 0.0
+        assert entry["allreduce_calls_per_step"] == len(h["allreduce"]) / 12 == 61
+
+
+def test_h200_shares_match_the_traces_readme(h200):
+    _, _, s = h200
+    shares = s["allreduce"]["share_by_rank"]
+    assert shares["0"] == pytest.approx(0.24, abs=0.01)
+    assert shares["1"] == pytest.approx(0.82, abs=0.01)
+
+
+def test_h200_skew_correction(h200):
+    _, hand, s = h200
+    a, b = hand[0]["allreduce"], hand[1]["allreduce"]
+    mins = [min(x, y) for x, y in zip(a, b)]
+    ar = s["allreduce"]
+    assert ar["calls_matched"] == len(a) == len(b) == 732
+    assert ar["ms_per_step_skew_corrected"] == pytest.approx(sum(mins) / 12 / 1000, abs=1e-4)
+    assert ar["wait_ms_per_step_by_rank"]["0"] == pytest.approx((sum(a) - sum(mins)) / 12 / 1000, abs=1e-4)
+    assert ar["wait_ms_per_step_by_rank"]["1"] == pytest.approx((sum(b) - sum(mins)) / 12 / 1000, abs=1e-4)
+    assert ar["nccl_ms_per_step_mean"] == ar["ms_per_step_mean"]
+    assert s["warnings"] == []
+
+
+def test_h200_default_pattern_finds_no_decode_steps_and_says_why(h200):
+    d, _, _ = h200
+    s = summarize([str(d)])
+    assert all(r["decode_steps"] == 0 for r in s["ranks"])
+    assert any("decode_step x12" in w for w in s["warnings"])
+
+
+def test_b200_prefill_is_classified(real_traces):
+    path = real_traces / "public" / "tracelens_b200_vllm_tp8_rank0.json.gz"
+    doc = _load(path)
+    (span,) = [(e["ts"], e["ts"] + e["dur"]) for e in doc["traceEvents"]
+               if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("execute_context_1(")]
+    inside = [e for e in doc["traceEvents"] if e.get("cat") in GPU and span[0] <= e["ts"] < span[1]]
+    multimem = sum(e["dur"] for e in inside if "multimem_all_reduce" in e["name"])
+    bmm = sum(e["dur"] for e in inside if e["name"].startswith("bmm_"))
+    s = summarize([str(path)])
+    assert s["ranks"][0]["decode_steps"] == 0
+    (pre,) = s["prefill"]
+    assert pre["prefill_steps"] == 1 and pre["device"] == "NVIDIA B200"
+    assert pre["cuda_ms_per_step"] == pytest.approx(sum(e["dur"] for e in inside) / 1000, abs=1e-4)
+    cats = pre["categories"]
+    assert cats["allreduce"]["ms_per_step"] == pytest.approx(multimem / 1000, abs=1e-4)
+    assert pre["allreduce_nccl_ms_per_step"] == 0.0
+    assert cats["moe_gemm"]["ms_per_step"] >= bmm / 1000 - 1e-4
+    assert cats["other"]["share"] < 0.05
+    assert max(cats, key=lambda c: cats[c]["ms_per_step"]) == "moe_gemm"
+    assert any("missing: 1-7" in w for w in s["warnings"])
+    assert any("execute_context_N(N_N)_generation_N(N) x1" in w for w in s["warnings"])
+
+
+@pytest.mark.parametrize("name", [
+    "h200_tp2_decode/tp2_rank0.pt.trace.json.gz",
+    "public/tracelens_b200_vllm_tp8_rank0.json.gz",
+    "public/hta_a100_nccl_rank0.json.gz",
+    "public/hta_v100_allreduce_rank1.json.gz",
+])
+def test_parsers_agree_and_see_every_gpu_activity(real_traces, name):
+    path = real_traces / name
+    doc = _load(path)
+    acts = [e for e in doc["traceEvents"] if e.get("cat") in GPU]
+    kwargs = {"decode_pattern": ".", "prefill_pattern": "^$"}
+    auto = summarize([str(path)], **kwargs)
+    assert auto == summarize([str(path)], parser="general", **kwargs)
+    # With every GPU annotation a step, the activities inside them can be recounted by hand.
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in doc["traceEvents"] if e.get("cat") == "gpu_user_annotation"]
+    if spans:
+        total = sum(e["dur"] for e in acts if any(a <= e["ts"] < b for a, b in spans))
+        entry = auto["ranks"][0]
+        assert entry["cuda_ms_per_step"] * entry["decode_steps"] == pytest.approx(total / 1000, rel=1e-3, abs=1e-3)
+
+
+def test_v100_old_nccl_names_are_allreduce(real_traces):
+    path = real_traces / "public" / "hta_v100_allreduce_rank1.json.gz"
+    s = summarize([str(path)])
+    assert any("no GPU projection" in w and "ProfilerStep#N" in w for w in s["warnings"])

@@ -1,0 +1,241 @@
+import pytest
+
+from vllm_ops.traces import TraceInputError, summarize
+
+NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+CUSTOM = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)"
+GEMM = "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_NNT"
+STEP = "execute_context_0(0)_generation_1(1)"
+
+
+def _rank_events(ev, ar_durs, step_names=(STEP, STEP), gemm_dur=4.0):
+    """Two steps of 100 us at t=0 and t=1000; each has one GEMM and one all-reduce per entry."""
+    events = []
+    durs = iter(ar_durs)
+    for s, base in enumerate((0.0, 1000.0)):
+        events.append(ev.span(step_names[s], base, 100.0))
+        events.append(ev.kernel(GEMM, base + 1.0, gemm_dur))
+        events.append(ev.kernel(NCCL, base + 10.0, next(durs)))
+    return events
+
+
+def test_two_ranks_known_figures(write_trace, ev, tmp_path):
+    write_trace("r0.json.gz", _rank_events(ev, [10.0, 12.0]), rank=0, world_size=2)
+    write_trace("r1.json.gz", _rank_events(ev, [30.0, 5.0]), rank=1, world_size=2)
+    s = summarize([str(tmp_path)], jobs=1)
+    assert s["warnings"] == []
+    r0, r1 = s["ranks"]
+    assert (r0["rank"], r0["decode_steps"], r1["decode_steps"]) == (0, 2, 2)
+    assert r0["cuda_ms_per_step"] == pytest.approx((4 + 10 + 4 + 12) / 2 / 1000)
+    assert r0["step_wall_ms_per_step"] == pytest.approx(0.1)
+    assert r0["categories"]["allreduce"] == {"ms_per_step": 0.011, "share": pytest.approx(22 / 30, abs=1e-4)}
+    assert r0["categories"]["gemm"]["ms_per_step"] == 0.004
+    assert r0["categories"]["other"] == {"ms_per_step": 0.0, "share": 0.0}
+    assert r0["top_kernels"][0] == {"name": NCCL, "category": "allreduce", "ms_per_step": 0.011,
+                                    "calls_per_step": 1.0}
+    ar = s["allreduce"]
+    # Collective 1: min(10, 30) = 10; collective 2: min(12, 5) = 5.
+    assert ar["calls_matched"] == 2
+    assert ar["ms_per_step_skew_corrected"] == pytest.approx((10 + 5) / 2 / 1000)
+    assert ar["wait_ms_per_step_by_rank"] == {"0": pytest.approx(7 / 2 / 1000), "1": pytest.approx(20 / 2 / 1000)}
+    assert ar["ms_per_step_mean"] == pytest.approx((11 + 17.5) / 2 / 1000, abs=1e-4)
+    assert ar["share_mean"] == pytest.approx((22 / 30 + 35 / 43) / 2, abs=1e-4)
+    assert ar["nccl_share_mean"] == ar["share_mean"]
+
+
+def test_activity_belongs_to_a_step_by_its_start(write_trace, ev, tmp_path):
+    events = [
+        ev.span(STEP, 100.0, 50.0),
+        ev.kernel(GEMM, 99.9, 5.0),      # starts before: not in the step
+        ev.kernel(GEMM, 100.0, 1.0),     # starts at the span start: in
+        ev.kernel(GEMM, 149.0, 10.0),    # starts inside, ends after: in, whole duration
+        ev.kernel(GEMM, 150.0, 2.0),     # starts at the span end: not in
+    ]
+    s = summarize([write_trace("r0.json.gz", events)])
+    assert s["ranks"][0]["cuda_ms_per_step"] == pytest.approx(0.011)
+    assert s["ranks"][0]["top_kernels"][0]["calls_per_step"] == 2.0
+
+
+@pytest.mark.parametrize(("name", "decode", "prefill"), [
+    ("execute_context_0(0)_generation_5(5)", 1, 0),
+    ("execute_context_0(0)_generation_1(888_788544)", 1, 0),
+    ("execute_7_context_0(0)_generation_3(3)", 1, 0),
+    ("execute_context_1(888_788544)_generation_0(0)", 0, 1),
+    ("execute_context_2(4096)_generation_30(30)", 0, 1),
+    ("execute_context_10(10)_generation_0(0)", 0, 1),
+    ("execute_model", 0, 0),
+])
+def test_default_patterns(write_trace, ev, name, decode, prefill):
+    s = summarize([write_trace("r0.json.gz", [ev.span(name, 0.0, 10.0), ev.kernel(GEMM, 1.0, 2.0)])])
+    assert s["ranks"][0]["decode_steps"] == decode
+    assert [p["prefill_steps"] for p in s["prefill"]] == ([1] if prefill else [])
+
+
+def test_profiler_step_fallback(write_trace, ev):
+    events = [ev.span("ProfilerStep#3", 0.0, 10.0), ev.span("ProfilerStep#4", 20.0, 10.0),
+              ev.kernel(GEMM, 1.0, 2.0), ev.kernel(GEMM, 21.0, 4.0)]
+    path = write_trace("r0.json.gz", events)
+    s = summarize([path])
+    assert s["decode_pattern"] == r"^ProfilerStep#\d+$"
+    assert s["ranks"][0]["decode_steps"] == 2
+    assert s["ranks"][0]["cuda_ms_per_step"] == pytest.approx(0.003)
+    assert any("ProfilerStep#N spans are used" in w for w in s["warnings"])
+    # An explicit pattern never falls back.
+    s = summarize([path], decode_pattern="^decode$")
+    assert s["ranks"][0]["decode_steps"] == 0
+
+
+def test_vllm_steps_win_over_profiler_steps(write_trace, ev):
+    events = [ev.span("ProfilerStep#1", 0.0, 100.0), ev.span(STEP, 10.0, 10.0), ev.kernel(GEMM, 11.0, 2.0),
+              ev.kernel(GEMM, 50.0, 7.0)]
+    s = summarize([write_trace("r0.json.gz", events)])
+    assert s["ranks"][0]["decode_steps"] == 1
+    assert s["ranks"][0]["cuda_ms_per_step"] == pytest.approx(0.002)
+
+
+def test_zero_decode_steps_names_what_was_seen(write_trace, ev):
+    events = [ev.span("execute_context_1(5)_generation_0(0)", 0.0, 10.0), ev.span("forward", 0.0, 10.0),
+              ev.kernel(GEMM, 1.0, 2.0)]
+    s = summarize([write_trace("r0.json.gz", events)])
+    r = s["ranks"][0]
+    assert r["decode_steps"] == 0 and r["cuda_ms_per_step"] is None and r["categories"] == {}
+    assert s["allreduce"]["share_mean"] is None
+    (w,) = [w for w in s["warnings"] if "no decode steps" in w]
+    assert "execute_context_N(N)_generation_N(N) x1" in w and "forward x1" in w
+
+
+def test_cpu_only_annotations_are_named(write_trace, ev):
+    events = [ev.span("ProfilerStep#1", 0.0, 10.0, cat="user_annotation"), ev.kernel(GEMM, 1.0, 2.0)]
+    s = summarize([write_trace("r0.json.gz", events)])
+    assert any("ProfilerStep#N x1" in w and "no GPU projection" in w for w in s["warnings"])
+
+
+def test_cpu_only_trace_warns_instead_of_reporting_zeros(write_trace, ev):
+    events = [ev.span(STEP, 0.0, 10.0, cat="user_annotation"), ev.cpu_op("aten::mm", 1.0, 2.0),
+              ev.span(STEP, 0.0, 10.0)]
+    s = summarize([write_trace("cpu_rank0.json.gz", events)])
+    r = s["ranks"][0]
+    assert r["cuda_ms_per_step"] is None and r["categories"] == {} and r["top_kernels"] == []
+    assert r["allreduce_share"] is None
+    assert any("no GPU kernels were recorded" in w for w in s["warnings"])
+    assert s["allreduce"]["ms_per_step_mean"] is None
+
+
+def test_graph_launches_without_kernels(write_trace, ev):
+    events = [ev.span(STEP, 0.0, 100.0), ev.runtime("cudaGraphLaunch", 1.0, 1.0, corr=50),
+              ev.runtime("cudaGraphLaunch", 2.0, 1.0, corr=51), ev.kernel(GEMM, 5.0, 1.0, corr=51),
+              ev.kernel(GEMM, 6.0, 1.0, corr=51)]
+    s = summarize([write_trace("r0.json.gz", events)])
+    (w,) = [w for w in s["warnings"] if "cudaGraphLaunch" in w]
+    assert "1 of 2 cudaGraphLaunch calls have no recorded GPU activity" in w
+
+
+def test_graph_launches_with_their_kernels_are_fine(write_trace, ev):
+    events = [ev.span(STEP, 0.0, 100.0), ev.runtime("cudaGraphLaunch", 1.0, 1.0, corr=50),
+              ev.kernel(GEMM, 5.0, 1.0, corr=50)]
+    s = summarize([write_trace("r0.json.gz", events)])
+    assert s["warnings"] == []
+
+
+def test_missing_ranks_of_the_group(write_trace, ev, tmp_path):
+    write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]), rank=0, world_size=4)
+    write_trace("r2.json.gz", _rank_events(ev, [1.0, 1.0]), rank=2, world_size=4)
+    s = summarize([str(tmp_path)], jobs=1)
+    assert s["world_size"] == 4
+    assert any("2 of the 4 ranks have no trace here (missing: 1, 3)" in w for w in s["warnings"])
+
+
+def test_single_rank_skew_correction_is_flagged(write_trace, ev):
+    s = summarize([write_trace("r0.json.gz", _rank_events(ev, [3.0, 5.0]))])
+    assert s["allreduce"]["ms_per_step_skew_corrected"] == s["allreduce"]["ms_per_step_mean"] == 0.004
+    assert s["allreduce"]["wait_ms_per_step_by_rank"] == {"0": 0.0}
+    assert any("only one rank has decode steps" in w for w in s["warnings"])
+
+
+def test_different_step_counts_and_unmatched_calls(write_trace, ev, tmp_path):
+    write_trace("r0.json.gz", _rank_events(ev, [10.0, 12.0]), rank=0, world_size=2)
+    write_trace("r1.json.gz", _rank_events(ev, [30.0, 5.0], step_names=(STEP, "other")), rank=1, world_size=2)
+    s = summarize([str(tmp_path)], jobs=1)
+    assert any("different decode step counts (rank 0: 2, rank 1: 1)" in w for w in s["warnings"])
+    assert any("all-reduce calls do not match across ranks (rank 0: 2, rank 1: 1" in w for w in s["warnings"])
+    assert s["allreduce"]["calls_matched"] == 1
+    assert s["allreduce"]["ms_per_step_skew_corrected"] == pytest.approx(0.01)
+
+
+def test_calls_running_different_kernels_are_flagged(write_trace, ev, tmp_path):
+    write_trace("r0.json.gz", _rank_events(ev, [10.0, 12.0]), rank=0, world_size=2)
+    events = [e if e["name"] != NCCL else dict(e, name=CUSTOM) for e in _rank_events(ev, [30.0, 5.0])]
+    write_trace("r1.json.gz", events, rank=1, world_size=2)
+    s = summarize([str(tmp_path)], jobs=1)
+    assert any("2 of 2 paired all-reduce calls run different kernels" in w for w in s["warnings"])
+    assert s["ranks"][1]["allreduce_nccl_ms_per_step"] == 0.0
+    assert s["allreduce"]["nccl_ms_per_step_mean"] == pytest.approx(0.011 / 2, abs=1e-4)
+
+
+def test_rank_comes_from_the_file_name_then_from_order(write_trace, ev, tmp_path):
+    write_trace("x_rank1.json.gz", _rank_events(ev, [1.0, 1.0]), info=False)
+    write_trace("y.json.gz", _rank_events(ev, [1.0, 1.0]), info=False)
+    s = summarize([str(tmp_path)], jobs=1)
+    assert [r["rank"] for r in s["ranks"]] == [0, 1]
+    assert s["ranks"][1]["file"].endswith("x_rank1.json.gz")
+    assert any("y.json.gz: no distributedInfo" in w and "treated as rank 0" in w for w in s["warnings"])
+
+
+def test_two_files_for_one_rank_is_an_error(write_trace, ev, tmp_path):
+    write_trace("a.json.gz", _rank_events(ev, [1.0, 1.0]), rank=0)
+    write_trace("b.json.gz", _rank_events(ev, [1.0, 1.0]), rank=0)
+    with pytest.raises(TraceInputError, match="rank 0 is also claimed by"):
+        summarize([str(tmp_path)], jobs=1)
+
+
+def test_keep_going_lets_good_ranks_through(write_trace, ev, tmp_path):
+    write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]), rank=0, world_size=2)
+    (tmp_path / "r1.json.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(TraceInputError, match="r1.json.gz"):
+        summarize([str(tmp_path)], jobs=1)
+    s = summarize([str(tmp_path)], keep_going=True, jobs=1)
+    assert [r["rank"] for r in s["ranks"]] == [0]
+    assert any(w.startswith("skipped ") and "r1.json.gz" in w for w in s["warnings"])
+    assert any("missing: 1" in w for w in s["warnings"])
+
+
+def test_keep_going_with_nothing_readable_still_fails(tmp_path):
+    (tmp_path / "r0.json").write_bytes(b"")
+    with pytest.raises(TraceInputError, match="r0.json: empty file .*no readable trace left"):
+        summarize([str(tmp_path)], keep_going=True)
+
+
+def test_parallel_workers_give_the_same_summary(write_trace, ev, tmp_path):
+    for r, durs in enumerate(([10.0, 12.0], [30.0, 5.0], [7.0, 9.0])):
+        write_trace(f"r{r}.json.gz", _rank_events(ev, durs), rank=r, world_size=3)
+    assert summarize([str(tmp_path)], jobs=3) == summarize([str(tmp_path)], jobs=1)
+
+
+def test_user_categories_and_top(write_trace, ev):
+    path = write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]))
+    s = summarize([path], categories={"mine": "^nvjet"}, top=1)
+    r = s["ranks"][0]
+    assert r["categories"]["mine"]["ms_per_step"] == 0.004 and r["categories"]["gemm"]["ms_per_step"] == 0.0
+    assert len(r["top_kernels"]) == 1
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"decode_pattern": "("}, "decode_pattern: invalid regular expression"),
+    ({"prefill_pattern": "["}, "prefill_pattern: invalid regular expression"),
+    ({"top": -1}, "top must be"),
+    ({"jobs": 0}, "jobs must be"),
+    ({"categories": ["bad"]}, "expected NAME=REGEX"),
+])
+def test_bad_options(write_trace, ev, kwargs, message):
+    with pytest.raises(TraceInputError, match=message):
+        summarize([write_trace("r0.json.gz", [])], **kwargs)
+
+
+def test_nested_spans_count_an_activity_once(write_trace, ev):
+    events = [ev.span("step_outer", 0.0, 100.0), ev.span("step_inner", 10.0, 10.0),
+              ev.kernel(GEMM, 15.0, 1.0), ev.kernel(GEMM, 50.0, 2.0)]
+    s = summarize([write_trace("r0.json.gz", events)], decode_pattern="^step_")
+    r = s["ranks"][0]
+    assert r["decode_steps"] == 2
+    assert r["cuda_ms_per_step"] == pytest.approx(0.003 / 2)
+    assert any("1 decode spans overlap" in w for w in s["warnings"])
