@@ -1,0 +1,303 @@
+#!/usr/bin/python3
+"""A stand-in for ``nvidia-smi`` on a host whose GPUs are simulated.
+
+Test double for the sandbox host, installed as /usr/local/bin/nvidia-smi.
+GPUs are the numeric device files matched by GPU_SIM_DEVICE_GLOB (default
+/dev/nvidia[0-9]*); a GPU's compute processes are the processes holding its
+device file open (found through /proc/*/fd, so run it as root to see all, as
+the real tool does); the memory a process uses is the MiB in its claim file
+GPU_SIM_CLAIM_DIR/<pid> (written by the vLLM stand-in's workers), else 256.
+
+Python 3.11 standard library only. See README.md next to this file.
+"""
+
+import glob
+import os
+import re
+import sys
+import time
+import uuid
+
+DRIVER = "570.133.20"
+CUDA = "12.8"
+DEFAULT_HOLDER_MIB = 256
+BUS_IDS = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+
+GPU_FIELDS = {  # query name -> (header, unit)
+    "index": ("index", None),
+    "name": ("name", None),
+    "gpu_name": ("name", None),
+    "uuid": ("uuid", None),
+    "gpu_uuid": ("uuid", None),
+    "pci.bus_id": ("pci.bus_id", None),
+    "gpu_bus_id": ("pci.bus_id", None),
+    "count": ("count", None),
+    "driver_version": ("driver_version", None),
+    "memory.used": ("memory.used", "MiB"),
+    "memory.total": ("memory.total", "MiB"),
+    "memory.free": ("memory.free", "MiB"),
+}
+APP_FIELDS = {
+    "pid": ("pid", None),
+    "process_name": ("process_name", None),
+    "name": ("process_name", None),
+    "used_memory": ("used_gpu_memory", "MiB"),
+    "used_gpu_memory": ("used_gpu_memory", "MiB"),
+    "gpu_uuid": ("gpu_uuid", None),
+    "gpu_bus_id": ("gpu_bus_id", None),
+    "gpu_name": ("gpu_name", None),
+}
+
+
+class Usage(Exception):
+    """Bad invocation: message for the user and exit status."""
+
+    def __init__(self, message, status=2):
+        super().__init__(message)
+        self.status = status
+
+
+def gpu_name():
+    return os.environ.get("GPU_SIM_NAME", "NVIDIA H200")
+
+
+def total_mib():
+    try:
+        return int(float(os.environ.get("GPU_SIM_TOTAL_MIB", "143771")))
+    except ValueError:
+        return 143771
+
+
+def find_gpus():
+    """Map GPU index -> real path of its device file (numeric names only)."""
+    gpus = {}
+    for path in glob.glob(os.environ.get("GPU_SIM_DEVICE_GLOB", "/dev/nvidia[0-9]*")):
+        match = re.fullmatch(r"\D*(\d+)", os.path.basename(path))
+        if match:
+            gpus[int(match.group(1))] = os.path.realpath(path)
+    return dict(sorted(gpus.items()))
+
+
+def gpu_uuid(index):
+    host_seed = os.environ.get("GPU_SIM_UUID_SEED", "vllm-sandbox")
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{host_seed}.gpu{index}"))
+
+
+def bus_id(index):
+    return f"00000000:{BUS_IDS[index % len(BUS_IDS)]}:00.0"
+
+
+def holders(gpus):
+    """Map GPU index -> sorted pids of live processes holding its device file."""
+    by_path = {path: index for index, path in gpus.items()}
+    found = {index: set() for index in gpus}
+    for proc in glob.glob("/proc/[0-9]*"):
+        pid = int(os.path.basename(proc))
+        try:
+            fds = os.listdir(f"{proc}/fd")
+        except OSError:
+            continue  # gone, or another user's process and we are not root
+        for fd in fds:
+            try:
+                target = os.readlink(f"{proc}/fd/{fd}")
+            except OSError:
+                continue
+            if target in by_path and pid != os.getpid():
+                found[by_path[target]].add(pid)
+    return {index: sorted(pids) for index, pids in found.items()}
+
+
+def claimed_mib(pid):
+    claim_dir = os.environ.get("GPU_SIM_CLAIM_DIR", "/run/gpu-sim")
+    try:
+        with open(os.path.join(claim_dir, str(pid)), encoding="utf-8") as fh:
+            return int(float(fh.read().strip()))
+    except (OSError, ValueError):
+        return DEFAULT_HOLDER_MIB
+
+
+def process_name(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv0 = fh.read().split(b"\0")[0].decode(errors="replace")
+        if argv0:
+            return argv0
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return "[Not Found]"
+
+
+class Snapshot:
+    """Everything the reports need, read once."""
+
+    def __init__(self, only=None):
+        self.gpus = find_gpus()
+        if not self.gpus:
+            raise Usage("No devices were found", 6)
+        if only is not None:
+            missing = [i for i in only if i not in self.gpus]
+            if missing:
+                raise Usage("No devices were found", 6)
+            self.gpus = {i: p for i, p in self.gpus.items() if i in only}
+        self.holders = holders(self.gpus)
+        self.apps = [(index, pid, claimed_mib(pid))
+                     for index, pids in self.holders.items() for pid in pids]
+
+    def used(self, index):
+        return sum(mib for i, _, mib in self.apps if i == index)
+
+    def gpu_value(self, index, field):
+        values = {
+            "index": index, "name": gpu_name(), "uuid": gpu_uuid(index),
+            "pci.bus_id": bus_id(index), "count": len(self.gpus),
+            "driver_version": DRIVER, "memory.used": self.used(index),
+            "memory.total": total_mib(), "memory.free": total_mib() - self.used(index),
+        }
+        return values[GPU_FIELDS[field][0]]
+
+    def app_value(self, app, field):
+        index, pid, mib = app
+        values = {"pid": pid, "process_name": process_name(pid), "used_gpu_memory": mib,
+                  "gpu_uuid": gpu_uuid(index), "gpu_bus_id": bus_id(index),
+                  "gpu_name": gpu_name()}
+        return values[APP_FIELDS[field][0]]
+
+
+def parse_format(text):
+    if text is None:
+        raise Usage('Please specify the output format with --format, e.g. "--format=csv".')
+    opts = [o.strip() for o in text.split(",")]
+    if "csv" not in opts or not set(opts) <= {"csv", "noheader", "nounits"}:
+        raise Usage(f'"{text}" is not a valid format.')
+    return "noheader" not in opts, "nounits" not in opts
+
+
+def csv_report(fields, table, rows, value, fmt):
+    header, units = parse_format(fmt)
+    out = []
+    if header:
+        out.append(", ".join(table[f][0] + (f" [{table[f][1]}]" if table[f][1] else "")
+                             for f in fields))
+    for row in rows:
+        cells = []
+        for field in fields:
+            cell = str(value(row, field))
+            if units and table[field][1]:
+                cell += f" {table[field][1]}"
+            cells.append(cell)
+        out.append(", ".join(cells))
+    return out
+
+
+def row(left, middle, right):
+    """One line of the GPU table: cells 41, 24 and 22 wide, as the real one."""
+    return f"| {left:<39} | {middle:>22} | {right:>20} |"
+
+
+def summary(snap):
+    w = 89
+    out = [time.strftime("%a %b %d %H:%M:%S %Y"), "+" + "-" * w + "+",
+           f"| NVIDIA-SMI {DRIVER:<22} Driver Version: {DRIVER:<14} CUDA Version: {CUDA:<9}|",
+           "|" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+",
+           "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | "
+           "Volatile Uncorr. ECC |",
+           "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | "
+           "GPU-Util  Compute M. |",
+           "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|"]
+    for index in snap.gpus:
+        busy = bool(snap.holders[index])
+        mem = f"{snap.used(index)}MiB / {total_mib()}MiB"
+        power = f"{76 + 90 * busy}W /  700W"
+        out += [row(f"{index:>3}  {gpu_name():<26}{'On':>6}  ", f"{bus_id(index)} Off",
+                    "0"),
+                row(f"N/A   {31 + 6 * busy}C    P0{power:>24}", mem,
+                    f"{('45%' if busy else '0%'):>6}      Default"),
+                row("", "", "Disabled"),
+                "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+"]
+    out += ["", "+" + "-" * w + "+", "| Processes:" + " " * (w - 11) + "|",
+            "|  GPU   GI   CI              PID   Type   Process name" + " " * 24
+            + "GPU Memory |",
+            "|        ID   ID" + " " * 63 + "Usage      |", "|" + "=" * w + "|"]
+    if not snap.apps:
+        out.append("|  No running processes found" + " " * (w - 28) + "|")
+    for index, pid, mib in snap.apps:
+        name = process_name(pid)[:31]
+        line = f"  {index:>3}   N/A  N/A  {pid:>15}      C   {name:<32}{f'{mib}MiB':>13} "
+        out.append("|" + line[:w].rjust(w) + "|")
+    out.append("+" + "-" * w + "+")
+    return out
+
+
+def parse_args(argv):
+    opts = {"query_gpu": None, "query_apps": None, "format": None, "list": False,
+            "only": None}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        key, eq, val = arg.partition("=")
+        if key in ("--query-gpu", "--query-compute-apps", "--format", "-i", "--id"):
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise Usage(f"Option {key} requires a value.")
+                val, i = argv[i + 1], i + 1
+            if key == "--query-gpu":
+                opts["query_gpu"] = val
+            elif key == "--query-compute-apps":
+                opts["query_apps"] = val
+            elif key == "--format":
+                opts["format"] = val
+            else:
+                try:
+                    opts["only"] = [int(v) for v in val.split(",")]
+                except ValueError:
+                    raise Usage('Invalid combination of input arguments. Please run '
+                                '"nvidia-smi -h" for help.') from None
+        elif arg in ("-L", "--list-gpus"):
+            opts["list"] = True
+        elif arg in ("-h", "--help"):
+            raise Usage(__doc__.strip(), 0)
+        else:
+            raise Usage("Invalid combination of input arguments. Please run "
+                        '"nvidia-smi -h" for help.')
+        i += 1
+    return opts
+
+
+def fields_of(text):
+    return [f.strip() for f in text.split(",") if f.strip()]
+
+
+def run(argv):
+    opts = parse_args(argv)
+    if opts["query_gpu"] is not None or opts["query_apps"] is not None:
+        query, table = (opts["query_gpu"], GPU_FIELDS) if opts["query_gpu"] is not None \
+            else (opts["query_apps"], APP_FIELDS)
+        fields = fields_of(query)
+        for field in fields:  # validated before looking at any GPU, as the real one
+            if field not in table:
+                raise Usage(f'Field "{field}" is not a valid field to query.')
+        parse_format(opts["format"])
+        snap = Snapshot(opts["only"])
+        if opts["query_gpu"] is not None:
+            return csv_report(fields, table, list(snap.gpus), snap.gpu_value, opts["format"])
+        return csv_report(fields, table, snap.apps, snap.app_value, opts["format"])
+    snap = Snapshot(opts["only"])
+    if opts["list"]:
+        return [f"GPU {i}: {gpu_name()} (UUID: {gpu_uuid(i)})" for i in snap.gpus]
+    return summary(snap)
+
+
+def main(argv):
+    try:
+        lines = run(argv)
+    except Usage as exc:
+        print(exc)
+        return exc.status
+    if lines:
+        print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

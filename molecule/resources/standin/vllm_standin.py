@@ -1,0 +1,1385 @@
+#!/usr/bin/python3
+"""A stand-in for ``vllm serve`` (vLLM 0.32) on a host without GPUs.
+
+Test double for the sandbox host: installed as /opt/vllm-standin/bin/vllm, it
+takes the CLI the systemd unit passes and behaves as vLLM 0.32 does from the
+outside: an API server process that starts a ``VLLM::EngineCore`` child, which
+starts one ``VLLM::Worker_TP<r>`` per rank; each worker holds its GPU device
+file and claims memory for the nvidia-smi stand-in; the port refuses
+connections through the whole (simulated) load; then it serves /health,
+/version, /v1/models, /v1/completions, /metrics and, with --profiler-config,
+/start_profile and /stop_profile, writing one re-timed trace per rank.
+
+Python 3.11 standard library only (the sandbox's python3 has no pip).
+Knobs and fault switches: see README.md next to this file.
+"""
+
+import argparse
+import ctypes
+import gzip
+import hmac
+import json
+import os
+import random
+import re
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+VERSION = "0.32.0"
+SCRIPT = os.path.abspath(__file__)
+DECODE_ANNOTATION = "execute_context_0(0)_generation_1(1)"
+PROTECTED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+PROFILER_BOOL_FIELDS = {
+    "torch_profiler_with_stack": True,
+    "torch_profiler_use_gzip": True,
+    "torch_profiler_record_shapes": False,
+    "torch_profiler_with_memory": False,
+    "torch_profiler_with_flops": False,
+    "torch_profiler_dump_cuda_time_total": True,
+    "ignore_frontend": False,
+    "capture_torch_profiler": False,
+    "detailed_trace_annotation": False,
+}
+PROFILER_INT_FIELDS = {
+    "delay_iterations": 0,
+    "max_iterations": 0,
+    "warmup_iterations": 0,
+    "active_iterations": 5,
+    "wait_iterations": 0,
+}
+
+
+# --------------------------------------------------------------------------
+# Knobs (environment) and fault switches (files, read when the fault applies)
+# --------------------------------------------------------------------------
+
+def env_float(name, default):
+    value = os.environ.get(name, "")
+    try:
+        return float(value) if value.strip() else default
+    except ValueError:
+        return default
+
+
+def fault_dir():
+    return os.environ.get("VLLM_STANDIN_FAULT_DIR", "/run/vllm-standin")
+
+
+def fault(name):
+    """Content of fault switch ``name`` (stripped), or None when it is off."""
+    try:
+        with open(os.path.join(fault_dir(), name), encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def fault_names_rank(name, rank):
+    """A switch whose content lists ranks (empty: all) applies to ``rank``."""
+    content = fault(name)
+    if content is None:
+        return False
+    ranks = [tok for tok in re.split(r"[\s,]+", content) if tok]
+    return not ranks or str(rank) in ranks
+
+
+# --------------------------------------------------------------------------
+# Logging as vLLM prints it: "(APIServer pid=N) INFO MM-DD HH:MM:SS [f.py:NN] m"
+# --------------------------------------------------------------------------
+
+_LABEL = "APIServer"
+_OUT_LOCK = threading.Lock()
+
+
+def _emit(stream, text):
+    prefix = f"({_LABEL} pid={os.getpid()}) "
+    lines = "".join(prefix + line + "\n" for line in text.split("\n"))
+    with _OUT_LOCK:
+        stream.write(lines)
+        stream.flush()
+
+
+def log(level, where, msg):
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    _emit(sys.stdout, f"{level} {stamp} [{where}] {msg}")
+
+
+def uvicorn_log(msg, level="INFO"):
+    _emit(sys.stdout, f"{level + ':':<9} {msg}")
+
+
+def fail_with_traceback(exc_type, message, where="api_server.py:1"):
+    _emit(sys.stderr, "Traceback (most recent call last):\n"
+          f'  File "{SCRIPT}", line 1, in <module>\n'
+          f"    [{where}]\n{exc_type}: {message}")
+
+
+def set_comm(title):
+    """prctl(PR_SET_NAME): the kernel keeps 15 bytes, as with setproctitle."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, ctypes.c_char_p(title.encode()[:15]), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def python_executable():
+    # Children started with argv[0] = "VLLM::..." have an empty sys.executable.
+    return sys.executable or os.readlink("/proc/self/exe")
+
+
+def spawn_titled(title, role, config):
+    """Start this script as a child whose /proc/PID/cmdline begins with title;
+    its config goes over the returned channel (never on a command line)."""
+    import subprocess
+    chan, child = channel_pair()
+    proc = subprocess.Popen([title, SCRIPT, role, str(child.fileno())],
+                            executable=python_executable(), pass_fds=(child.fileno(),))
+    child.close()
+    chan.send(config)
+    return proc, chan
+
+
+# --------------------------------------------------------------------------
+# A JSON-lines channel over a socketpair (API <-> engine <-> workers)
+# --------------------------------------------------------------------------
+
+class Channel:
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = b""
+        self.send_lock = threading.Lock()
+
+    def send(self, obj):
+        data = (json.dumps(obj) + "\n").encode()
+        with self.send_lock:
+            try:
+                self.sock.sendall(data)
+                return True
+            except OSError:
+                return False
+
+    def recv(self, timeout=None):
+        """Next message; None on timeout; raises EOFError when the peer died."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.sock], [], [], wait)
+            if not ready:
+                return None
+            try:
+                chunk = self.sock.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                raise EOFError
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+
+def channel_pair():
+    parent, child = socket.socketpair()
+    return Channel(parent), child
+
+
+# --------------------------------------------------------------------------
+# CLI: the flags the unit uses; unknown --flags are accepted with a notice
+# --------------------------------------------------------------------------
+
+class ConfigError(Exception):
+    """A config vLLM's pydantic validation would reject (exit status 1)."""
+
+
+def parse_len(text):
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"invalid length {text!r}")
+    factor = {"": 1, "k": 1000, "K": 1024, "m": 10**6, "M": 2**20}[match.group(2)]
+    return int(float(match.group(1)) * factor)
+
+
+def parse_json_arg(text):
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(
+            f"Value {text} cannot be converted to <function loads>.") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"Value {text} is not a JSON object.")
+    return value
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="vllm serve", allow_abbrev=False)
+    parser.add_argument("model_tag", nargs="?")
+    parser.add_argument("--model")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--max-model-len", type=parse_len)
+    parser.add_argument("--served-model-name", nargs="+")
+    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--tool-call-parser")
+    parser.add_argument("--reasoning-parser")
+    parser.add_argument("--enable-auto-tool-choice", action="store_true")
+    parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--profiler-config", type=parse_json_arg)
+    parser.add_argument("--api-key")
+    parser.add_argument("--disable-uvicorn-access-log", action="store_true")
+    return parser
+
+
+def split_dotted_profiler_args(unknown):
+    """Pull ``--profiler-config.KEY=VALUE`` (or ``KEY VALUE``) out of unknowns."""
+    dotted, rest, i = {}, [], 0
+    while i < len(unknown):
+        token = unknown[i]
+        if token.startswith("--profiler-config."):
+            key, sep, value = token[len("--profiler-config."):].partition("=")
+            if not sep and i + 1 < len(unknown) and not unknown[i + 1].startswith("--"):
+                value, i = unknown[i + 1], i + 1
+            try:
+                dotted[key] = json.loads(value)
+            except json.JSONDecodeError:
+                dotted[key] = value
+        else:
+            rest.append(token)
+        i += 1
+    return dotted, rest
+
+
+def validate_profiler_config(raw):
+    """Return the full profiler config (defaults filled in) or raise ConfigError."""
+    known = {"profiler", "torch_profiler_dir", *PROFILER_BOOL_FIELDS, *PROFILER_INT_FIELDS}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{key}\n  Extra inputs are not permitted "
+                              f"[type=extra_forbidden, input_value={raw[key]!r}]")
+    cfg = {"profiler": None, "torch_profiler_dir": "",
+           **PROFILER_BOOL_FIELDS, **PROFILER_INT_FIELDS}
+    for key, value in raw.items():
+        if key in PROFILER_BOOL_FIELDS:
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                value = value.lower() == "true"
+            if not isinstance(value, bool):
+                raise ConfigError(f"{key}\n  Input should be a valid boolean "
+                                  f"[type=bool_type, input_value={value!r}]")
+        if key in PROFILER_INT_FIELDS and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigError(f"{key}\n  Input should be greater than or equal to 0 "
+                              f"[type=greater_than_equal, input_value={value!r}]")
+        cfg[key] = value
+    if cfg["profiler"] not in (None, "torch", "cuda"):
+        raise ConfigError(f"profiler\n  Input should be 'torch' or 'cuda' "
+                          f"[type=literal_error, input_value={cfg['profiler']!r}]")
+    trace_dir = cfg["torch_profiler_dir"]
+    if trace_dir and cfg["profiler"] != "torch":
+        raise ConfigError("Value error, torch_profiler_dir is only applicable when "
+                          "profiler is set to 'torch'")
+    if cfg["profiler"] == "torch" and not trace_dir:
+        raise ConfigError("Value error, torch_profiler_dir must be set when profiler "
+                          "is 'torch'")
+    if trace_dir and not os.path.isabs(trace_dir):
+        # vLLM itself turns a relative dir into an absolute one against its
+        # working directory; the stand-in refuses it (see README).
+        raise ConfigError(f"Value error, torch_profiler_dir must be an absolute path, "
+                          f"got {trace_dir!r}")
+    return cfg
+
+
+def check_model_dir(model):
+    if not (os.path.isfile(os.path.join(model, "config.json"))
+            or os.path.isfile(os.path.join(model, "params.json"))):
+        raise ConfigError(
+            f"Value error, Invalid repository ID or local directory specified: "
+            f"'{model}'.\nPlease verify the following requirements:\n"
+            "1. Provide a valid Hugging Face repository ID.\n"
+            "2. Specify a local directory that contains a recognized configuration file.\n"
+            "   - For Hugging Face models: ensure the presence of a 'config.json'.\n"
+            "   - For Mistral models: ensure the presence of a 'params.json'.")
+
+
+def model_facts(model, max_model_len):
+    shards = [f for f in os.listdir(model) if f.endswith(".safetensors")]
+    n_shards = len(shards) or int(env_float("VLLM_STANDIN_SHARDS", 64))
+    size = sum(os.path.getsize(os.path.join(model, f)) for f in shards)
+    if max_model_len is None:
+        try:
+            with open(os.path.join(model, "config.json"), encoding="utf-8") as fh:
+                max_model_len = int(json.load(fh).get("max_position_embeddings", 8192))
+        except (OSError, ValueError, AttributeError, TypeError):
+            max_model_len = 8192
+    return max(1, n_shards), size, max_model_len
+
+
+# --------------------------------------------------------------------------
+# Traces: re-timed copies of real Kineto traces, or a small synthetic one
+# --------------------------------------------------------------------------
+
+def template_files():
+    tdir = os.environ.get("VLLM_STANDIN_TRACE_TEMPLATES", "/opt/vllm-standin/traces")
+    try:
+        names = os.listdir(tdir)
+    except OSError:
+        return []
+    ranked = []
+    for name in names:
+        match = re.search(r"rank(\d+)", name)
+        if match and name.endswith(".json.gz"):
+            ranked.append((int(match.group(1)), os.path.join(tdir, name)))
+    return [path for _, path in sorted(ranked)]
+
+
+def load_json_gz(path):
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def min_ts(trace):
+    """Earliest absolute time of a trace, in ns."""
+    stamps = [ev["ts"] for ev in trace.get("traceEvents", [])
+              if isinstance(ev.get("ts"), (int, float))]
+    return trace.get("baseTimeNanoseconds", 0) + int(min(stamps, default=0) * 1000)
+
+
+def retime_template(trace, rank, world, start_ns, origin_ns):
+    """Shift a template so that ``origin_ns`` (the earliest time over all
+    templates, kept so ranks stay aligned) lands on ``start_ns``; rename the
+    decode-step annotations as vLLM names them; stamp this rank."""
+    base_old = trace.get("baseTimeNanoseconds", 0)
+    base_new = start_ns // 10**9 * 10**9
+    shift_us = (base_old - base_new + start_ns - origin_ns) / 1000.0
+    info = trace.setdefault("distributedInfo", {})
+    t_rank = info.get("rank", rank)
+    t_pid = next((ev.get("pid") for ev in trace.get("traceEvents", [])
+                  if ev.get("cat") == "user_annotation"), None)
+    for ev in trace.get("traceEvents", []):
+        if isinstance(ev.get("ts"), (int, float)):
+            ev["ts"] = round(ev["ts"] + shift_us, 3)
+        if ev.get("cat") in ("user_annotation", "gpu_user_annotation") \
+                and ev.get("name") == "decode_step":
+            ev["name"] = DECODE_ANNOTATION
+        if t_pid is not None and ev.get("pid") == t_pid:
+            ev["pid"] = os.getpid()
+            if ev.get("tid") == t_pid:
+                ev["tid"] = os.getpid()
+        args = ev.get("args")
+        if isinstance(args, dict) and args.get("device") == t_rank:
+            args["device"] = rank
+            if ev.get("pid") == t_rank:
+                ev["pid"] = rank
+        elif ev.get("ph") == "M" and ev.get("pid") == t_rank and isinstance(args, dict) \
+                and args.get("labels") == f"GPU {t_rank}":
+            ev["pid"], args["labels"] = rank, f"GPU {rank}"
+    trace["baseTimeNanoseconds"] = base_new
+    info.update(rank=rank, world_size=world)
+    for group in info.get("pg_config", []) or []:
+        group.update(pg_size=world, ranks=list(range(world)))
+    return trace
+
+
+def synthetic_trace(rank, world, start_ns, steps=4):
+    """Schema-valid Kineto-like trace: decode steps with a gemm and an
+    NCCL all-reduce kernel each."""
+    pid = os.getpid()
+    base = start_ns // 10**9 * 10**9
+    t = (start_ns - base) / 1000.0
+    events = [
+        {"name": "process_name", "ph": "M", "ts": t, "pid": pid, "tid": 0,
+         "args": {"name": "python3"}},
+        {"name": "process_labels", "ph": "M", "ts": t, "pid": rank, "tid": 0,
+         "args": {"labels": f"GPU {rank}"}},
+    ]
+    kernels = [("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_NNT", 52.0),
+               ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                18.0 + 9.0 * rank)]
+    corr = 1
+    for step in range(steps):
+        t0 = t + step * 400.0
+        events.append({"ph": "X", "cat": "user_annotation", "name": DECODE_ANNOTATION,
+                       "pid": pid, "tid": pid, "ts": t0, "dur": 300.0,
+                       "args": {"External id": corr}})
+        events.append({"ph": "X", "cat": "gpu_user_annotation", "name": DECODE_ANNOTATION,
+                       "pid": rank, "tid": 7, "ts": t0 + 20.0, "dur": 120.0,
+                       "args": {"External id": corr, "device": rank}})
+        k_ts = t0 + 25.0
+        for name, dur in kernels:
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                           "pid": pid, "tid": pid, "ts": k_ts - 10.0, "dur": 4.0,
+                           "args": {"correlation": corr}})
+            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": rank,
+                           "tid": 7, "ts": k_ts, "dur": dur,
+                           "args": {"device": rank, "stream": 7, "correlation": corr}})
+            k_ts += dur + 2.0
+            corr += 1
+    return {"schemaVersion": 1,
+            "deviceProperties": [{"id": rank, "name": "NVIDIA H200",
+                                  "totalGlobalMem": 150109880320}],
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+            "displayTimeUnit": "ms", "baseTimeNanoseconds": base,
+            "traceEvents": events, "traceName": ""}
+
+
+def cuda_time_table(trace):
+    """A torch key_averages()-style table sorted by self CUDA time."""
+    totals = {}
+    for ev in trace.get("traceEvents", []):
+        if ev.get("cat") == "kernel":
+            dur, calls = totals.get(ev["name"], (0.0, 0))
+            totals[ev["name"]] = (dur + float(ev.get("dur", 0)), calls + 1)
+    grand = sum(d for d, _ in totals.values()) or 1.0
+    rule = "-" * 57 + "  " + "  ".join(["-" * 12] * 4)
+    rows = [rule, f"{'Name':>57}  {'Self CUDA':>12}  {'Self CUDA %':>12}  "
+            f"{'CUDA total':>12}  {'# of Calls':>12}", rule]
+    for name, (dur, calls) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:100]:
+        short = name if len(name) <= 57 else name[:54] + "..."
+        rows.append(f"{short:>57}  {dur / 1000:>10.3f}ms  {100 * dur / grand:>11.2f}%  "
+                    f"{dur / 1000:>10.3f}ms  {calls:>12}")
+    rows += [rule, f"Self CUDA time total: {grand / 1000:.3f}ms"]
+    return "\n".join(rows) + "\n"
+
+
+def write_trace_file(path, trace, gz, truncate):
+    data = json.dumps(trace).encode()
+    if gz:
+        data = gzip.compress(data, compresslevel=6)
+    if truncate:
+        data = data[: max(1, len(data) // 2)]
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+# --------------------------------------------------------------------------
+# Worker process: VLLM::Worker_TP<r>
+# --------------------------------------------------------------------------
+
+class Worker:
+    def __init__(self, cfg, chan):
+        self.cfg, self.chan = cfg, chan
+        self.rank = cfg["rank"]
+        self.claim_path = None
+        self.device_fd = None
+        self.profile = None
+
+    def device_path(self):
+        index = self.rank
+        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
+        if self.rank < len(visible) and visible[self.rank].isdigit():
+            index = int(visible[self.rank])
+        pattern = os.environ.get("VLLM_STANDIN_DEVICE_PATTERN", "/dev/nvidia{rank}")
+        return pattern.format(rank=index)
+
+    def on_sigterm(self, signum, _frame):
+        if fault_names_rank("worker-ignores-sigterm", self.rank):
+            log("WARNING", "multiproc_executor.py:702",
+                f"Received {signal.Signals(signum).name}; ignoring it "
+                "(stand-in fault worker-ignores-sigterm)")
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second TERM during exit
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise SystemExit(0)
+
+    def start(self):
+        path = self.device_path()
+        try:
+            self.device_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as exc:
+            log("ERROR", "multiproc_executor.py:671", "WorkerProc failed to start.")
+            fail_with_traceback("RuntimeError",
+                                f"No CUDA GPUs are available (cannot open {path}: {exc.strerror})",
+                                "gpu_worker.py:214")
+            self.chan.send({"ev": "failed", "rank": self.rank})
+            return False
+        self.write_claim()
+        self.chan.send({"ev": "up", "rank": self.rank})
+        return True
+
+    def write_claim(self):
+        claim_dir = os.environ.get("GPU_SIM_CLAIM_DIR", "/run/gpu-sim")
+        mib = int(self.cfg["gpu_memory_utilization"] * env_float("GPU_SIM_TOTAL_MIB", 143771))
+        path = os.path.join(claim_dir, str(os.getpid()))
+        try:
+            os.makedirs(claim_dir, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(f"{mib}\n")
+            self.claim_path = path
+        except OSError as exc:
+            log("WARNING", "vllm_standin", f"cannot write GPU memory claim {path}: {exc}")
+
+    def load(self):
+        """Simulate loading the shards; rank 0 prints tqdm-style progress.
+        Returns False when the engine went away during the load."""
+        total, load_s = self.cfg["shards"], self.cfg["load_s"] * 0.85
+        per_shard = load_s / total
+        t0 = time.monotonic()
+        if self.rank == 0:
+            self.progress(0, total, 0.0)
+        for n in range(1, total + 1):
+            if not self.engine_alive(max(0.0, t0 + n * per_shard - time.monotonic())):
+                return False
+            if self.rank == 0:
+                self.progress(n, total, time.monotonic() - t0)
+        took = time.monotonic() - t0
+        if self.rank == 0:
+            gib = self.cfg["weights_bytes"] / self.cfg["tp"] / 2**30 or 72.37
+            log("INFO", "default_loader.py:291", f"Loading weights took {took:.2f} seconds")
+            log("INFO", "gpu_model_runner.py:2912",
+                f"Model loading took {gib:.4f} GiB memory and {took + 0.4:.6f} seconds")
+        return True
+
+    def engine_alive(self, wait):
+        """Sleep up to ``wait`` s; False if the engine's end of the pipe closed."""
+        ready, _, _ = select.select([self.chan.sock], [], [], wait)
+        if ready:
+            try:
+                return bool(self.chan.sock.recv(1, socket.MSG_PEEK))
+            except OSError:
+                return False
+        return True
+
+    @staticmethod
+    def progress(n, total, elapsed):
+        rate = n / elapsed if elapsed > 0 and n else 0.0
+        remaining = fmt_interval((total - n) / rate) if rate else "?"
+        if not rate:
+            rate_fmt = "?it/s"
+        elif rate < 1:
+            rate_fmt = f"{1 / rate:5.2f}s/it"
+        else:
+            rate_fmt = f"{rate:5.2f}it/s"
+        line = (f"Loading safetensors checkpoint shards: {100 * n / total:3.0f}% Completed "
+                f"| {n}/{total} [{fmt_interval(elapsed)}<{remaining}, {rate_fmt}]")
+        _emit(sys.stderr, line)
+
+    def serve(self):
+        while True:
+            try:
+                msg = self.chan.recv()
+            except EOFError:
+                return  # the engine is gone: vLLM workers watch a death pipe
+            if msg["cmd"] == "start_profile":
+                self.profile = msg
+                self.chan.send({"id": msg["id"], "ok": True})
+            elif msg["cmd"] == "stop_profile":
+                self.stop_profile()
+                self.chan.send({"id": msg["id"], "ok": True})
+
+    def stop_profile(self):
+        prof, self.profile = self.profile or {"start_ns": time.time_ns(), "prefix": None}, None
+        pcfg = self.cfg["profiler"]
+        if pcfg["profiler"] != "torch":
+            return
+        time.sleep(env_float("VLLM_STANDIN_FLUSH_S", 0.5))
+        trace_dir = pcfg["torch_profiler_dir"]
+        try:
+            os.makedirs(trace_dir, exist_ok=True)
+        except OSError:
+            log("WARNING", "wrapper.py:82",
+                f"Failed to stop profiler: Can't create directory: {trace_dir}")
+            return
+        trace = self.make_trace(prof["start_ns"])
+        r = self.rank
+        worker = f"dp0_pp0_tp{r}_dcp0_ep0_rank{r}"
+        if prof.get("prefix"):
+            worker = f"{prof['prefix']}_{worker}"
+        name = f"{worker}.{time.time_ns()}.pt.trace.json"
+        gz = pcfg["torch_profiler_use_gzip"]
+        path = os.path.join(trace_dir, name + (".gz" if gz else ""))
+        trace["traceName"] = path
+        write_trace_file(path, trace, gz, fault(f"truncate-trace-rank-{r}") is not None)
+        if pcfg["torch_profiler_dump_cuda_time_total"]:
+            table = cuda_time_table(trace)
+            with open(os.path.join(trace_dir, f"profiler_out_{r}.txt"), "w",
+                      encoding="utf-8") as fh:
+                print(table, file=fh)
+            if r == 0:
+                _emit(sys.stdout, table)
+        log("INFO", "wrapper.py:90", "Profiler stopped successfully.")
+
+    def make_trace(self, start_ns):
+        files = template_files()
+        world = self.cfg["tp"]
+        if not files:
+            return synthetic_trace(self.rank, world, start_ns)
+        origin = min(min_ts(load_json_gz(path)) for path in files) if len(files) > 1 \
+            else None
+        trace = load_json_gz(files[self.rank % len(files)])
+        return retime_template(trace, self.rank, world, start_ns,
+                               origin if origin is not None else min_ts(trace))
+
+    def cleanup(self):
+        if self.claim_path:
+            try:
+                os.unlink(self.claim_path)
+            except OSError:
+                pass
+        if self.device_fd is not None:
+            os.close(self.device_fd)
+
+
+def fmt_interval(seconds):
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+def worker_main(cfg, chan):
+    global _LABEL
+    _LABEL = f"Worker_TP{cfg['rank']}"
+    set_comm(f"VLLM::Worker_TP{cfg['rank']}")
+    worker = Worker(cfg, chan)
+    signal.signal(signal.SIGTERM, worker.on_sigterm)
+    signal.signal(signal.SIGINT, worker.on_sigterm)
+    try:
+        if not worker.start():
+            return 1
+        if worker.load():
+            worker.chan.send({"ev": "loaded", "rank": worker.rank})
+            worker.serve()
+        return 0
+    finally:
+        worker.cleanup()
+
+
+# --------------------------------------------------------------------------
+# EngineCore process: VLLM::EngineCore
+# --------------------------------------------------------------------------
+
+class EngineShutdown(Exception):
+    pass
+
+
+class Engine:
+    def __init__(self, cfg, api):
+        self.cfg, self.api = cfg, api
+        self.workers = []  # (proc, channel)
+
+    def die(self, where, message, during_load):
+        log("ERROR", "core.py:713" if during_load else "core.py:798",
+            "EngineCore failed to start." if during_load
+            else "EngineCore encountered a fatal error.")
+        fail_with_traceback("RuntimeError", message, where)
+        sys.stdout.flush()
+        os._exit(1)
+
+    def start_workers(self):
+        for rank in range(self.cfg["tp"]):
+            self.workers.append(spawn_titled(f"VLLM::Worker_TP{rank}", "--internal-worker",
+                                             {**self.cfg, "rank": rank}))
+
+    def gather(self, event, timeout=None, on_wait=None):
+        """Wait for ``event`` from every worker; EOF from one kills the engine."""
+        pending = {rank for rank in range(len(self.workers))}
+        while pending:
+            for rank in sorted(pending):
+                try:
+                    msg = self.workers[rank][1].recv(timeout=0.1)
+                except EOFError:
+                    msg = {"ev": "died"}
+                if msg is None:
+                    continue
+                if msg.get("ev") in ("failed", "died"):
+                    self.die("multiproc_executor.py:560", "WorkerProc initialization "
+                             f"failed (VLLM::Worker_TP{rank}). See stack trace for root "
+                             "cause.", during_load=True)
+                if msg.get("ev") == event or msg.get("id") == event:
+                    pending.discard(rank)
+            if on_wait:
+                on_wait()
+
+    def run(self):
+        cfg = self.cfg
+        log("INFO", "core.py:93",
+            f"Initializing a V1 LLM engine (v{VERSION}) with config: model='{cfg['model']}', "
+            f"served_model_name={cfg['served_model_name']}, "
+            f"max_seq_len={cfg['max_model_len']}, tensor_parallel_size={cfg['tp']}, "
+            f"enforce_eager={cfg['enforce_eager']}")
+        self.start_workers()
+        self.gather("up")
+        t0 = time.monotonic()
+
+        def maybe_die_loading():
+            # Part-way through the shard progress, as a real load failure would.
+            if time.monotonic() - t0 >= 0.4 * cfg["load_s"] * 0.85 \
+                    and fault("engine-dies-during-load") is not None:
+                self.die("gpu_model_runner.py:2890",
+                         "CUDA error: an illegal memory access was encountered "
+                         "(stand-in fault engine-dies-during-load)", during_load=True)
+
+        self.gather("loaded", on_wait=maybe_die_loading)
+        mib = int(cfg["gpu_memory_utilization"] * env_float("GPU_SIM_TOTAL_MIB", 143771))
+        time.sleep(cfg["load_s"] * 0.15)
+        log("INFO", "gpu_worker.py:298", f"Available KV cache memory: {mib / 1024 * 0.4:.2f} GiB")
+        log("INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {mib * 12:,} tokens")
+        log("INFO", "core.py:210", "init engine (profile, create kv cache, warmup model) "
+            f"took {time.monotonic() - t0:.2f} seconds")
+        self.api.send({"ev": "ready"})
+        self.serve()
+
+    def serve(self):
+        api_alive = True
+        while True:
+            socks = [chan.sock for _, chan in self.workers]
+            if api_alive:
+                socks.append(self.api.sock)
+            ready, _, _ = select.select(socks, [], [], 0.5)
+            if fault("engine-dies") is not None:
+                self.die("core.py:801", "CUDA error: unspecified launch failure "
+                         "(stand-in fault engine-dies)", during_load=False)
+            for rank, (_, chan) in enumerate(self.workers):
+                if chan.sock in ready:
+                    try:
+                        chan.recv(timeout=0)
+                    except EOFError:
+                        self.die("multiproc_executor.py:268", f"Worker proc "
+                                 f"VLLM::Worker_TP{rank} died unexpectedly, shutting down "
+                                 "executor.", during_load=False)
+            if self.api.sock in ready or (api_alive and self.api.buf):
+                try:
+                    msg = self.api.recv(timeout=0)
+                except EOFError:
+                    # The API server is gone (e.g. SIGKILL). vLLM's EngineCore does
+                    # not notice promptly: keep running and keep the workers.
+                    api_alive = False
+                    continue
+                if msg:
+                    self.forward(msg)
+
+    def forward(self, msg):
+        for _, chan in self.workers:
+            chan.send(msg)
+        self.gather(msg["id"])
+        self.api.send({"id": msg["id"], "ok": True})
+
+    def shutdown(self):
+        procs = [proc for proc, _ in self.workers if proc.poll() is None]
+        for proc in procs:
+            proc.terminate()
+        deadline = time.monotonic() + env_float("VLLM_STANDIN_WORKER_STOP_S", 4.0)
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            time.sleep(0.1)
+        for proc in procs:
+            if proc.poll() is None:
+                log("WARNING", "multiproc_executor.py:408",
+                    f"Worker pid {proc.pid} did not exit after SIGTERM; sending SIGKILL")
+                proc.kill()
+            proc.wait()
+
+
+def engine_main(cfg, chan):
+    global _LABEL
+    _LABEL = "EngineCore_DP0"
+    set_comm("VLLM::EngineCore")
+    engine = Engine(cfg, chan)
+
+    def on_signal(_signum, _frame):
+        raise EngineShutdown
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        engine.run()
+    except EngineShutdown:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        engine.shutdown()
+    return 0
+
+
+# --------------------------------------------------------------------------
+# API server: metrics, HTTP handler, engine link
+# --------------------------------------------------------------------------
+
+TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+TOKEN_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+                 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
+E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+               50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
+
+
+class Histogram:
+    def __init__(self, name, doc, buckets):
+        self.name, self.doc, self.buckets = name, doc, buckets
+        self.counts = [0] * len(buckets)
+        self.sum, self.count = 0.0, 0
+
+    def observe(self, value, times=1):
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += times
+        self.sum += value * times
+        self.count += times
+
+    def render(self, labels):
+        out = [f"# HELP {self.name} {self.doc}", f"# TYPE {self.name} histogram"]
+        for bound, count in zip(self.buckets, self.counts):
+            out.append(f'{self.name}_bucket{{{labels},le="{bound}"}} {float(count)}')
+        out.append(f'{self.name}_bucket{{{labels},le="+Inf"}} {float(self.count)}')
+        out.append(f"{self.name}_count{{{labels}}} {float(self.count)}")
+        out.append(f"{self.name}_sum{{{labels}}} {self.sum}")
+        return out
+
+
+class Metrics:
+    def __init__(self, model_name):
+        self.labels = f'engine="0",model_name="{model_name}"'
+        self.lock = threading.Lock()
+        self.created = time.time()
+        self.prompt_tokens = self.generation_tokens = self.success = 0
+        self.running = 0
+        self.hists = [
+            Histogram("vllm:time_to_first_token_seconds",
+                      "Histogram of time to first token in seconds.", TTFT_BUCKETS),
+            Histogram("vllm:inter_token_latency_seconds",
+                      "Histogram of inter-token latency in seconds.", TOKEN_BUCKETS),
+            Histogram("vllm:request_time_per_output_token_seconds",
+                      "Histogram of time_per_output_token_seconds per request.",
+                      TOKEN_BUCKETS),
+            Histogram("vllm:e2e_request_latency_seconds",
+                      "Histogram of e2e request latency in seconds.", E2E_BUCKETS),
+        ]
+
+    def finished(self, prompt_tokens, out_tokens, ttft, tpot, e2e):
+        with self.lock:
+            self.prompt_tokens += prompt_tokens
+            self.generation_tokens += out_tokens
+            self.success += 1
+            ttft_h, itl_h, tpot_h, e2e_h = self.hists
+            ttft_h.observe(ttft)
+            if out_tokens > 1:
+                itl_h.observe(tpot, out_tokens - 1)
+                tpot_h.observe(tpot)
+            e2e_h.observe(e2e)
+
+    def render(self):
+        lb = self.labels
+        with self.lock:
+            out = []
+            for name, doc, value in (
+                    ("vllm:num_requests_running", "Number of requests in model execution "
+                     "batches.", self.running),
+                    ("vllm:num_requests_waiting", "Number of requests waiting to be "
+                     "processed.", 0),
+                    ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent "
+                     "usage.", 0.01 * self.running)):
+                out += [f"# HELP {name} {doc}", f"# TYPE {name} gauge",
+                        f"{name}{{{lb}}} {float(value)}"]
+            for name, doc, value, extra in (
+                    ("vllm:prompt_tokens", "Number of prefill tokens processed.",
+                     self.prompt_tokens, ""),
+                    ("vllm:generation_tokens", "Number of generation tokens processed.",
+                     self.generation_tokens, ""),
+                    ("vllm:request_success", "Count of successfully processed requests.",
+                     self.success, ',finished_reason="length"')):
+                out += [f"# HELP {name}_total {doc}", f"# TYPE {name}_total counter",
+                        f"{name}_total{{{lb}{extra}}} {float(value)}",
+                        f"# HELP {name}_created {doc}", f"# TYPE {name}_created gauge",
+                        f"{name}_created{{{lb}{extra}}} {self.created}"]
+            for hist in self.hists:
+                out += hist.render(lb)
+        return "\n".join(out) + "\n"
+
+
+class EngineLink:
+    """The API server's side of the EngineCore process."""
+
+    def __init__(self, cfg):
+        self.proc, self.chan = spawn_titled("VLLM::EngineCore", "--internal-engine", cfg)
+        self.ready = threading.Event()
+        self.dead = threading.Event()
+        self.dead_at = None
+        self.stopping = False
+        self.lock = threading.Lock()
+        self.next_id = 0
+        self.replies = {}
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        while True:
+            try:
+                msg = self.chan.recv()
+            except (EOFError, OSError, ValueError):
+                break
+            if msg.get("ev") == "ready":
+                self.ready.set()
+            elif "id" in msg:
+                with self.lock:
+                    slot = self.replies.get(msg["id"])
+                if slot:
+                    slot[1] = msg
+                    slot[0].set()
+        self.dead_at = time.monotonic()
+        self.dead.set()
+        if self.ready.is_set() and not self.stopping:
+            log("ERROR", "core_client.py:564", "Engine core proc EngineCore_DP0 died "
+                "unexpectedly, shutting down client.")
+        with self.lock:
+            for slot in self.replies.values():
+                slot[0].set()
+
+    def call(self, cmd, **fields):
+        """Send a command to the engine and wait (unbounded) for its answer;
+        False when the engine died first."""
+        with self.lock:
+            self.next_id += 1
+            ident = self.next_id
+            slot = self.replies[ident] = [threading.Event(), None]
+        if self.dead.is_set() or not self.chan.send({"id": ident, "cmd": cmd, **fields}):
+            return False
+        slot[0].wait()
+        with self.lock:
+            del self.replies[ident]
+        return slot[1] is not None
+
+    def terminate(self):
+        self.stopping = True
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        limit = env_float("VLLM_STANDIN_WORKER_STOP_S", 4.0) + 6.0
+        try:
+            self.proc.wait(timeout=limit)
+        except Exception:  # subprocess.TimeoutExpired
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Profiling:
+    """The API server's view of the profiler (409 on a second start)."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.lock = threading.Lock()
+        self.state = "idle"
+        self.started_ns = None
+
+    def claim(self, expected, transient):
+        """Move from ``expected`` to ``transient``; False if in another state."""
+        with self.lock:
+            if self.state != expected:
+                return False
+            self.state = transient
+            return True
+
+    def settle(self, state, started_ns=None):
+        with self.lock:
+            self.state, self.started_ns = state, started_ns
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    # -- plumbing ---------------------------------------------------------
+    def log_message(self, fmt, *args):
+        pass
+
+    def log_request(self, code="-", size="-"):
+        if self.server.app["access_log"]:
+            status = int(code) if str(code).isdigit() else 0
+            phrase = HTTPStatus(status).phrase if status else ""
+            uvicorn_log(f'{self.client_address[0]}:{self.client_address[1]} - '
+                        f'"{self.command} {self.path} {self.request_version}" {code} {phrase}')
+
+    def reply(self, status, body=b"", ctype="application/json"):
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        elif isinstance(body, str):
+            body = body.encode()
+        self.send_response(status)
+        if body or ctype == "application/json":
+            self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def error(self, status, message, etype):
+        self.reply(status, {"error": {"message": message, "type": etype, "param": None,
+                                      "code": status}})
+
+    def read_json(self, optional=False):
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw.strip() and optional:
+            return {}
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, dict):
+            self.error(400, "Invalid JSON body.", "BadRequestError")
+            return None
+        return body
+
+    def authorized(self):
+        key = self.server.app["api_key"]
+        if not key or self.command == "OPTIONS" \
+                or not self.path.split("?")[0].startswith(PROTECTED_PREFIXES):
+            return True
+        given = self.headers.get("authorization", "")
+        if hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            return True
+        self.reply(401, {"error": "Unauthorized"})
+        return False
+
+    def route(self, method):
+        if not self.authorized():
+            return
+        path = self.path.split("?")[0]
+        routes = self.server.app["routes"]
+        if path not in routes:
+            self.reply(404, {"detail": "Not Found"})
+        elif method not in routes[path]:
+            self.reply(405, {"detail": "Method Not Allowed"})
+        else:
+            getattr(self, routes[path][method])()
+
+    def do_GET(self):
+        self.route("GET")
+
+    def do_POST(self):
+        self.route("POST")
+
+    # -- endpoints ----------------------------------------------------------
+    def health(self):
+        self.reply(503 if self.server.app["engine"].dead.is_set() else 200, b"", "")
+
+    def version(self):
+        self.reply(200, {"version": VERSION})
+
+    def models(self):
+        app = self.server.app
+        self.reply(200, {"object": "list", "data": [{
+            "id": app["model_name"], "object": "model", "created": int(time.time()),
+            "owned_by": "vllm", "root": app["model"], "parent": None,
+            "max_model_len": app["max_model_len"],
+            "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                            "created": int(time.time()), "allow_create_engine": False,
+                            "allow_sampling": True, "allow_logprobs": True,
+                            "allow_search_indices": False, "allow_view": True,
+                            "allow_fine_tuning": False, "organization": "*", "group": None,
+                            "is_blocking": False}]}]})
+
+    def metrics(self):
+        self.reply(200, self.server.app["metrics"].render(),
+                   "text/plain; version=0.0.4; charset=utf-8")
+
+    def completions(self):
+        app = self.server.app
+        body = self.read_json()
+        if body is None:
+            return
+        model = body.get("model", app["model_name"])
+        if model not in (app["model_name"], app["model"]):
+            return self.error(404, f"The model `{model}` does not exist.", "NotFoundError")
+        prompts = body.get("prompt")
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts
+                                        and all(isinstance(t, int) for t in prompts)):
+            prompts = [prompts]
+        if not isinstance(prompts, list) or not prompts:
+            return self.error(400, "prompt must be a string, a list of strings or a list "
+                              "of token ids", "BadRequestError")
+        max_tokens = body.get("max_tokens")
+        max_tokens = 16 if max_tokens is None else max_tokens
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            return self.error(400, "max_tokens must be at least 1, got "
+                              f"{max_tokens}.", "BadRequestError")
+        counts = [len(p) if isinstance(p, list) else max(1, len(str(p).split()))
+                  for p in prompts]
+        if max(counts) + max_tokens > app["max_model_len"]:
+            return self.error(400, f"This model's maximum context length is "
+                              f"{app['max_model_len']} tokens. However, you requested "
+                              f"{max(counts) + max_tokens} tokens ({max(counts)} in the "
+                              f"messages, {max_tokens} in the completion). Please reduce "
+                              "the length of the messages or completion.", "BadRequestError")
+        if app["engine"].dead.is_set():
+            return self.error(500, "EngineCore encountered an issue. See stack trace "
+                              "(above) for the root cause.", "EngineDeadError")
+        generate = Generation(app, body, prompts, counts, max_tokens)
+        if body.get("stream"):
+            generate.stream(self)
+        else:
+            generate.whole(self)
+
+    def start_profile(self):
+        app = self.server.app
+        body = self.read_json(optional=True)
+        if body is None:
+            return
+        prof = app["profiling"]
+        if not prof.claim("idle", "starting"):
+            return self.reply(409, {"detail": "Profiler is already running."})
+        log("INFO", "api_router.py:37", "Starting profiler...")
+        start_ns = time.time_ns()
+        ok = app["engine"].call("start_profile", start_ns=start_ns,
+                                prefix=body.get("profile_prefix"))
+        prof.settle(*(("running", start_ns) if ok else ("idle",)))
+        if not ok:
+            return self.error(500, "EngineCore encountered an issue.", "EngineDeadError")
+        log("INFO", "api_router.py:39", "Profiler started.")
+        self.reply(200, b"", "")
+
+    def stop_profile(self):
+        app = self.server.app
+        prof = app["profiling"]
+        if not prof.claim("running", "stopping"):
+            return self.reply(409, {"detail": "Profiler is not running."})
+        log("INFO", "api_router.py:45", "Stopping profiler...")
+        if fault("stop-profile-hangs") is not None:
+            time.sleep(3600)
+        ok = app["engine"].call("stop_profile")
+        if ok:
+            write_frontend_trace(prof.cfg, prof.started_ns)
+        prof.settle("idle")
+        if not ok:
+            return self.error(500, "EngineCore encountered an issue.", "EngineDeadError")
+        log("INFO", "api_router.py:47", "Profiler stopped.")
+        self.reply(200, b"", "")
+
+
+FAKE_WORDS = (" the quick brown fox jumps over a lazy dog while tensor parallel ranks "
+              "reduce their partial sums and the scheduler streams tokens").split(" ")
+
+
+class Generation:
+    """One completion request, with simulated time to first and per token."""
+
+    def __init__(self, app, body, prompts, counts, max_tokens):
+        self.app, self.prompts, self.counts, self.n = app, prompts, counts, max_tokens
+        self.ttft = env_float("VLLM_STANDIN_TTFT_MS", 20.0) / 1000
+        self.tpot = env_float("VLLM_STANDIN_TPOT_MS", 5.0) / 1000
+        self.ident = f"cmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self.rng = random.Random(json.dumps(prompts, sort_keys=True))
+
+    def tokens(self):
+        """Yield tokens in simulated time."""
+        self.t0 = time.monotonic()
+        with self.app["metrics"].lock:
+            self.app["metrics"].running += 1
+        try:
+            time.sleep(self.ttft)
+            for i in range(self.n):
+                if i:
+                    time.sleep(self.tpot)
+                yield " " + self.rng.choice(FAKE_WORDS[1:])
+        finally:
+            with self.app["metrics"].lock:
+                self.app["metrics"].running -= 1
+
+    def record(self):
+        e2e = time.monotonic() - self.t0
+        for count in self.counts:
+            self.app["metrics"].finished(count, self.n, self.ttft, self.tpot, e2e)
+
+    def usage(self):
+        prompt = sum(self.counts)
+        return {"prompt_tokens": prompt, "total_tokens": prompt + self.n * len(self.prompts),
+                "completion_tokens": self.n * len(self.prompts), "prompt_tokens_details": None}
+
+    def whole(self, handler):
+        text = "".join(self.tokens())
+        choices = [{"index": i, "text": text, "logprobs": None, "finish_reason": "length",
+                    "stop_reason": None, "prompt_logprobs": None}
+                   for i in range(len(self.prompts))]
+        self.record()
+        handler.reply(200, {"id": self.ident, "object": "text_completion",
+                            "created": self.created, "model": self.app["model_name"],
+                            "choices": choices, "usage": self.usage()})
+
+    def stream(self, handler):
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream; charset=utf-8")
+        handler.send_header("transfer-encoding", "chunked")
+        handler.end_headers()
+
+        def send(obj):
+            data = ("data: " + (obj if isinstance(obj, str) else json.dumps(obj))
+                    + "\n\n").encode()
+            handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            handler.wfile.flush()
+
+        base = {"id": self.ident, "object": "text_completion", "created": self.created,
+                "model": self.app["model_name"]}
+        for i, token in enumerate(self.tokens()):
+            last = i == self.n - 1
+            send({**base, "choices": [
+                {"index": k, "text": token, "logprobs": None,
+                 "finish_reason": "length" if last else None, "stop_reason": None}
+                for k in range(len(self.prompts))], "usage": None})
+        self.record()
+        if self.include_usage:
+            send({**base, "choices": [], "usage": self.usage()})
+        send("[DONE]")
+        handler.wfile.write(b"0\r\n\r\n")
+
+
+def write_frontend_trace(pcfg, started_ns):
+    """The API server's own (CPU) trace, unless ignore_frontend is set."""
+    if pcfg["profiler"] != "torch" or pcfg["ignore_frontend"]:
+        return
+    trace_dir = pcfg["torch_profiler_dir"]
+    start = started_ns or time.time_ns()
+    base = start // 10**9 * 10**9
+    t0 = (start - base) / 1000.0
+    pid = os.getpid()
+    events = [{"name": "process_name", "ph": "M", "ts": t0, "pid": pid, "tid": 0,
+               "args": {"name": "python3"}}]
+    for i, name in enumerate(("AsyncLLM.generate", "OutputProcessor.process_outputs",
+                              "Detokenizer.update")):
+        events.append({"ph": "X", "cat": "python_function", "name": name, "pid": pid,
+                       "tid": pid, "ts": t0 + 50.0 * i, "dur": 40.0, "args": {}})
+    path = os.path.join(trace_dir, f"{socket.gethostname()}_{pid}.async_llm."
+                        f"{time.time_ns()}.pt.trace.json" +
+                        (".gz" if pcfg["torch_profiler_use_gzip"] else ""))
+    try:
+        os.makedirs(trace_dir, exist_ok=True)
+        write_trace_file(path, {"schemaVersion": 1, "baseTimeNanoseconds": base,
+                                "traceEvents": events, "traceName": path},
+                         pcfg["torch_profiler_use_gzip"], False)
+    except OSError as exc:
+        log("WARNING", "async_llm.py:803", f"Failed to stop profiler: {exc}")
+
+
+def routes(profiler_on):
+    table = {
+        "/health": {"GET": "health"},
+        "/version": {"GET": "version"},
+        "/v1/models": {"GET": "models"},
+        "/v1/completions": {"POST": "completions"},
+        "/metrics": {"GET": "metrics"},
+    }
+    if profiler_on:
+        table["/start_profile"] = {"POST": "start_profile"}
+        table["/stop_profile"] = {"POST": "stop_profile"}
+    return table
+
+
+def redact(args):
+    shown = {k: v for k, v in vars(args).items() if v not in (None, False)}
+    if "api_key" in shown:
+        shown["api_key"] = "<redacted>"
+    return shown
+
+
+def api_main(argv):
+    args, unknown = build_parser().parse_known_args(argv)
+    dotted, unknown = split_dotted_profiler_args(unknown)
+    model = args.model_tag or args.model
+    if not model:
+        build_parser().error("the following arguments are required: model_tag")
+    log("INFO", "api_server.py:1839", f"vLLM API server version {VERSION}")
+    log("INFO", "utils.py:253", f"non-default args: {redact(args)}")
+    if unknown:
+        log("WARNING", "vllm_standin", f"stand-in ignores flags it does not model: {unknown}")
+    try:
+        pcfg = validate_profiler_config({**(args.profiler_config or {}), **dotted}) \
+            if (args.profiler_config or dotted) else None
+        check_model_dir(model)
+        if args.tensor_parallel_size < 1:
+            raise ConfigError("tensor_parallel_size\n  Input should be greater than 0")
+        if not 0 < args.gpu_memory_utilization <= 1:
+            raise ConfigError("Value error, GPU memory utilization must be within (0, 1]. "
+                              f"Got {args.gpu_memory_utilization}.")
+    except ConfigError as exc:
+        fail_with_traceback("pydantic_core._pydantic_core.ValidationError",
+                            f"1 validation error for VllmConfig\n{exc}", "arg_utils.py:1402")
+        return 1
+    profiler_on = bool(pcfg and pcfg["profiler"])
+    n_shards, weights_bytes, max_model_len = model_facts(model, args.max_model_len)
+    model_name = (args.served_model_name or [model])[0]
+    api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
+
+    server = ThreadingHTTPServer((args.host, args.port), Handler, bind_and_activate=False)
+    try:
+        server.server_bind()  # bound early as vLLM does; listen() only when ready
+    except OSError as exc:
+        fail_with_traceback("OSError", f"[Errno {exc.errno}] {exc.strerror}",
+                            "api_server.py:1950")
+        return 1
+
+    stop = threading.Event()
+
+    def on_signal(_signum, _frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if profiler_on:
+        log("WARNING", "api_router.py:58", f"Profiler with mode '{pcfg['profiler']}' is "
+            "enabled in the API server. This should ONLY be used for local development!")
+    engine = EngineLink({
+        "model": model, "served_model_name": [model_name], "tp": args.tensor_parallel_size,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "max_model_len": max_model_len, "enforce_eager": args.enforce_eager,
+        "shards": n_shards, "weights_bytes": weights_bytes,
+        "load_s": max(0.0, env_float("VLLM_STANDIN_LOAD_S", 6.0)),
+        "profiler": pcfg or {"profiler": None},
+    })
+    while not engine.ready.is_set():
+        if stop.is_set():
+            engine.terminate()
+            return 0
+        if engine.dead.is_set():
+            code = engine.proc.wait()
+            fail_with_traceback("RuntimeError", "Engine core initialization failed. See "
+                                "root cause above. Failed core proc(s): "
+                                f"{{'EngineCore_DP0': {code}}}", "utils.py:933")
+            return 1
+        time.sleep(0.05)
+
+    server.app = {"engine": engine, "model": model, "model_name": model_name,
+                  "max_model_len": max_model_len, "api_key": api_key,
+                  "metrics": Metrics(model_name), "routes": routes(profiler_on),
+                  "profiling": Profiling(pcfg), "access_log": not args.disable_uvicorn_access_log}
+    server.server_activate()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                     daemon=True).start()
+    log("INFO", "api_server.py:1971", f"Starting vLLM server on http://{args.host}:{args.port}")
+    uvicorn_log(f"Started server process [{os.getpid()}]")
+    uvicorn_log("Waiting for application startup.")
+    uvicorn_log("Application startup complete.")
+
+    grace = env_float("VLLM_STANDIN_DEAD_GRACE_S", 2.0)
+    while not stop.wait(0.1):
+        if engine.dead.is_set() and time.monotonic() - engine.dead_at >= grace:
+            log("ERROR", "api_server.py:1190", "Engine is dead; shutting down the server.")
+            break
+    uvicorn_log("Shutting down")
+    server.shutdown()
+    server.server_close()
+    uvicorn_log("Waiting for application shutdown.")
+    engine.terminate()
+    uvicorn_log("Application shutdown complete.")
+    uvicorn_log(f"Finished server process [{os.getpid()}]")
+    return 0
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] in ("--internal-engine", "--internal-worker"):
+        chan = Channel(socket.socket(fileno=int(argv[1])))
+        role_main = engine_main if argv[0] == "--internal-engine" else worker_main
+        return role_main(chan.recv(), chan)
+    if argv[:1] == ["--version"]:
+        print(VERSION)
+        return 0
+    if argv[:1] != ["serve"]:
+        print("usage: vllm serve MODEL [options]   (vLLM stand-in: only 'serve' is modelled)",
+              file=sys.stderr)
+        return 2
+    return api_main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,455 @@
+"""The vLLM stand-in behaves as vLLM 0.32 does, as a user sees it."""
+
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from standin_support import VLLM, WAIT_S, alive, cmdline, comm, fd_targets, wait_for
+
+CLAIM_MIB = int(0.95 * 143771)
+PROGRESS = re.compile(
+    r"Loading safetensors checkpoint shards: (?P<pct>[ \d]{3})% Completed \| "
+    r"(?P<n>\d+)/(?P<total>\d+) \[\d\d:\d\d<(\d\d:\d\d|\?), +(\?|[\d.]+)(it/s|s/it)\]$")
+
+
+def torch_profiler(directory, **fields):
+    return ["--profiler-config",
+            json.dumps({"profiler": "torch", "torch_profiler_dir": str(directory), **fields})]
+
+
+def read_trace(path):
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt") as fh:
+        return json.load(fh)
+
+
+# ---------------------------------------------------------------- loading
+
+def test_port_refuses_connections_until_loaded_then_health_200(server):
+    server.start(env={"VLLM_STANDIN_LOAD_S": "2"})
+    seen = server.wait_ready()
+    assert seen and set(seen) == {None}, "only 'connection refused' before ready, never 503"
+    response = server.get("/health")
+    assert response.status_code == 200 and response.content == b""
+
+
+def test_load_logs_progress_then_startup_lines_in_vllm_order(server, sandbox):
+    for index in range(5):
+        (sandbox.model / f"model-{index + 1:05d}-of-00005.safetensors").write_bytes(b"x")
+    server.start(tp=2)
+    server.wait_ready()
+    log = server.log()
+    progress = [line.split(") ", 1)[1] for line in log.splitlines()
+                if "Loading safetensors checkpoint shards" in line]
+    assert len(progress) == 6  # 0/5 .. 5/5, one line each, from rank 0 only
+    assert all(line.startswith("(Worker_TP0 pid=") for line in log.splitlines()
+               if "Loading safetensors" in line)
+    for n, line in enumerate(progress):
+        match = PROGRESS.match(line)
+        assert match, line
+        assert (int(match["n"]), int(match["total"])) == (n, 5)
+        assert match["pct"] == f"{100 * n / 5:3.0f}"
+    order = ["Loading safetensors checkpoint shards: 100% Completed | 5/5",
+             "Loading weights took", "Model loading took", "GiB memory and",
+             "init engine (profile, create kv cache, warmup model) took",
+             f"Starting vLLM server on http://127.0.0.1:{server.port}",
+             "Application startup complete."]
+    positions = [log.index(text) for text in order]
+    assert positions == sorted(positions)
+    assert re.search(r"INFO \d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+\.py:\d+\] Loading weights "
+                     r"took [\d.]+ seconds", log)
+    assert "Uvicorn running on" not in log
+
+
+def test_shard_count_falls_back_to_env_knob(server):
+    server.start(env={"VLLM_STANDIN_SHARDS": "3"})
+    server.wait_ready()
+    assert "| 3/3 [" in server.log()
+
+
+# ---------------------------------------------------------------- processes
+
+def test_process_tree_titles_device_files_and_memory_claims(server, sandbox):
+    server.start(tp=2)
+    server.wait_ready()
+    engine, workers = server.tree()
+    assert comm(engine) == "VLLM::EngineCor"
+    assert cmdline(engine) == "VLLM::EngineCore"
+    assert [comm(pid) for pid in workers] == ["VLLM::Worker_TP"] * 2
+    assert [cmdline(pid) for pid in workers] == ["VLLM::Worker_TP0", "VLLM::Worker_TP1"]
+    for rank, pid in enumerate(workers):
+        assert str(sandbox.dev / f"nvidia{rank}") in fd_targets(pid)
+        assert (sandbox.claims / str(pid)).read_text().strip() == str(CLAIM_MIB)
+    assert not any("nvidia" in target for target in fd_targets(server.proc.pid))
+
+
+def test_sigterm_stops_the_whole_tree_and_exits_0(server, sandbox):
+    server.start(tp=2)
+    server.wait_ready()
+    engine, workers = server.tree()
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.wait_exit() == 0
+    wait_for(lambda: not any(alive(pid) for pid in [engine, *workers]),
+             what="engine and workers gone")
+    assert list(sandbox.claims.iterdir()) == []
+    assert "Application shutdown complete." in server.log()
+
+
+def test_sigkill_of_api_server_leaves_engine_and_workers_holding_gpus(server, sandbox):
+    server.start(tp=2)
+    server.wait_ready()
+    engine, workers = server.tree()
+    server.proc.kill()
+    server.wait_exit()
+    time.sleep(1.5)  # vLLM's EngineCore does not notice promptly; neither may we
+    assert alive(engine) and all(alive(pid) for pid in workers)
+    holders = sandbox.smi("--query-compute-apps=pid,process_name", "--format=csv,noheader")
+    assert holders.stdout.splitlines() == [f"{workers[0]}, VLLM::Worker_TP0",
+                                           f"{workers[1]}, VLLM::Worker_TP1"]
+
+
+def test_worker_ignoring_sigterm_is_killed_by_engine_on_shutdown(server, sandbox):
+    sandbox.set_fault("worker-ignores-sigterm", "1")
+    server.start(tp=2)
+    server.wait_ready()
+    engine, workers = server.tree()
+    os.kill(workers[1], signal.SIGTERM)
+    server.wait_log(r"Worker_TP1 pid=\d+\) WARNING .*ignoring it")
+    assert alive(workers[1])
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.wait_exit() == 0
+    wait_for(lambda: not any(alive(pid) for pid in [engine, *workers]),
+             what="engine and workers gone")
+    assert re.search(rf"Worker pid {workers[1]} did not exit after SIGTERM; sending SIGKILL",
+                     server.log())
+
+
+def test_worker_ignoring_sigterm_with_empty_switch_means_every_rank(server, sandbox):
+    sandbox.set_fault("worker-ignores-sigterm")
+    server.start(tp=2)
+    server.wait_ready()
+    _, workers = server.tree()
+    for pid in workers:
+        os.kill(pid, signal.SIGTERM)
+    time.sleep(0.5)
+    assert all(alive(pid) for pid in workers)
+
+
+# ---------------------------------------------------------------- faults
+
+def test_engine_death_answers_503_then_exits_0(server, sandbox):
+    server.start(tp=2)
+    server.wait_ready()
+    engine, workers = server.tree()
+    sandbox.set_fault("engine-dies")
+    statuses = []
+
+    def probe():
+        try:
+            statuses.append(server.get("/health", timeout=5).status_code)
+        except requests.ConnectionError:
+            statuses.append(None)
+        return server.proc.poll() is not None
+
+    wait_for(probe, what="server exit after engine death")
+    assert server.proc.returncode == 0
+    assert 503 in statuses, statuses
+    after = statuses[statuses.index(503):]
+    assert set(after) <= {503, None}, "never healthy again once the engine died"
+    wait_for(lambda: not any(alive(pid) for pid in [engine, *workers]),
+             what="engine and workers gone")
+    assert list(sandbox.claims.iterdir()) == []
+    assert "Engine core proc EngineCore_DP0 died unexpectedly" in server.log()
+
+
+def test_engine_death_during_load_fails_startup_non_zero(server, sandbox):
+    sandbox.set_fault("engine-dies-during-load")
+    server.start(tp=2, env={"VLLM_STANDIN_SHARDS": "20", "VLLM_STANDIN_LOAD_S": "2"})
+    assert server.wait_exit() == 1
+    log = server.log()
+    assert "RuntimeError: Engine core initialization failed. See root cause above. " \
+           "Failed core proc(s): {'EngineCore_DP0': 1}" in log
+    shown = [int(m) for m in re.findall(r"\| (\d+)/20 \[", log)]
+    assert shown and 0 < max(shown) < 20, "dies part-way through the shards"
+    assert "Application startup complete." not in log
+    with pytest.raises(requests.ConnectionError):
+        server.get("/health")
+    wait_for(lambda: list(sandbox.claims.iterdir()) == [], what="workers released GPUs")
+
+
+def test_missing_gpu_device_fails_like_vllm(server, sandbox):
+    (sandbox.dev / "nvidia1").unlink()
+    server.start(tp=2)
+    assert server.wait_exit() == 1
+    log = server.log()
+    assert "No CUDA GPUs are available" in log
+    assert "Engine core initialization failed" in log
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--profiler-config", "{not json"], "cannot be converted"),
+    (["--profiler-config", '{"profiler": "torch"}'],
+     "torch_profiler_dir must be set when profiler is 'torch'"),
+    (["--profiler-config", '{"profiler": "torch", "torch_profiler_dir": "rel/dir"}'],
+     "torch_profiler_dir must be an absolute path"),
+    (["--profiler-config", '{"profiler": "nsys", "torch_profiler_dir": "/tmp/x"}'],
+     "Input should be 'torch' or 'cuda'"),
+    (["--profiler-config", '{"profiler": "torch", "torch_profiler_dir": "/tmp/x", '
+      '"bogus": 1}'], "Extra inputs are not permitted"),
+])
+def test_bad_profiler_config_is_rejected_before_loading(server, extra, message):
+    server.start(*extra)
+    status = server.wait_exit()
+    assert status in (1, 2) and status != 0
+    log = server.log()
+    assert message in log
+    assert "VLLM::" not in log and "Loading safetensors" not in log
+
+
+def test_missing_model_dir_exits_1_with_vllm_message(server, sandbox):
+    server.start(model=sandbox.root / "no-such-model")
+    assert server.wait_exit() == 1
+    assert "Invalid repository ID or local directory specified: " \
+           f"'{sandbox.root / 'no-such-model'}'" in server.log()
+
+
+def test_unknown_flags_are_accepted_with_a_notice(server):
+    server.start("--trust-remote-code", "--tool-call-parser", "kimi_k2", "--reasoning-parser",
+                 "kimi_k2", "--enable-auto-tool-choice", "--enforce-eager",
+                 "--kv-cache-dtype", "fp8", "--disable-log-requests")
+    server.wait_ready()
+    assert "stand-in ignores flags it does not model: ['--kv-cache-dtype', 'fp8', " \
+           "'--disable-log-requests']" in server.log()
+
+
+def test_cli_without_serve_is_a_usage_error():
+    result = subprocess.run([sys.executable, str(VLLM), "bench"], capture_output=True,
+                            text=True, timeout=WAIT_S)
+    assert result.returncode == 2 and "usage" in result.stderr
+
+
+# ---------------------------------------------------------------- HTTP API
+
+def test_version_models_404_and_405(server):
+    server.start("--served-model-name", "kimi-k2.5")
+    server.wait_ready()
+    assert server.get("/version").json() == {"version": "0.32.0"}
+    models = server.get("/v1/models").json()
+    assert models["object"] == "list"
+    (entry,) = models["data"]
+    assert (entry["id"], entry["root"], entry["max_model_len"]) == \
+        ("kimi-k2.5", str(server.sandbox.model), 4096)
+    missing = server.get("/nope")
+    assert (missing.status_code, missing.json()) == (404, {"detail": "Not Found"})
+    assert server.post("/health").status_code == 405
+    assert server.post("/start_profile").status_code == 404  # no --profiler-config
+
+
+def test_completion_returns_max_tokens_and_updates_metrics(server):
+    server.start()
+    server.wait_ready()
+    body = server.post("/v1/completions", json={
+        "model": str(server.sandbox.model), "prompt": "two words", "max_tokens": 7}).json()
+    assert body["object"] == "text_completion"
+    assert len(body["choices"][0]["text"].split()) == 7
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 7, "total_tokens": 9,
+                             "prompt_tokens_details": None}
+    metrics = server.get("/metrics").text
+    label = f'model_name="{server.sandbox.model}"'
+    assert re.search(rf'^vllm:generation_tokens_total{{.*{re.escape(label)}.*}} 7\.0$',
+                     metrics, re.M)
+    assert re.search(r"^vllm:prompt_tokens_total\{.*\} 2\.0$", metrics, re.M)
+    assert re.search(r"^vllm:num_requests_running\{.*\} 0\.0$", metrics, re.M)
+    for hist, count in (("time_to_first_token_seconds", 1), ("e2e_request_latency_seconds", 1),
+                        ("inter_token_latency_seconds", 6),
+                        ("request_time_per_output_token_seconds", 1)):
+        assert re.search(rf"^vllm:{hist}_count\{{.*\}} {count}\.0$", metrics, re.M), hist
+        assert re.search(rf'^vllm:{hist}_bucket\{{.*le="\+Inf"\}} {count}\.0$', metrics, re.M)
+        assert re.search(rf"^vllm:{hist}_sum\{{.*\}} [\d.e-]+$", metrics, re.M)
+
+
+def test_streamed_completion_is_sse_ending_with_done(server):
+    server.start("--served-model-name", "kimi")
+    server.wait_ready()
+    response = server.post("/v1/completions", stream=True, json={
+        "model": "kimi", "prompt": "hello", "max_tokens": 4, "stream": True,
+        "stream_options": {"include_usage": True}})
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = [line[len("data: "):] for line in response.iter_lines(decode_unicode=True)
+              if line]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    tokens = [c["choices"][0]["text"] for c in chunks if c["choices"]]
+    assert len(tokens) == 4
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+    assert chunks[-1]["usage"]["completion_tokens"] == 4
+
+
+def test_completion_errors_are_openai_shaped(server):
+    server.start("--served-model-name", "kimi")
+    server.wait_ready()
+    wrong = server.post("/v1/completions", json={"model": "other", "prompt": "x"})
+    assert wrong.status_code == 404 and wrong.json()["error"]["type"] == "NotFoundError"
+    too_long = server.post("/v1/completions", json={"model": "kimi", "prompt": "x",
+                                                    "max_tokens": 5000})
+    assert too_long.status_code == 400
+    assert "maximum context length is 4096 tokens" in too_long.json()["error"]["message"]
+
+
+def test_api_key_guards_only_v1_paths_and_is_never_logged(server):
+    secret = "sk-standin-secret-123"
+    server.start(env={"VLLM_API_KEY": secret})
+    server.wait_ready()
+    assert server.get("/v1/models").status_code == 401
+    assert server.get("/v1/models").json() == {"error": "Unauthorized"}
+    auth = {"Authorization": f"Bearer {secret}"}
+    assert server.get("/v1/models", headers=auth).status_code == 200
+    assert server.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code \
+        == 401
+    for path in ("/health", "/metrics", "/version"):
+        assert server.get(path).status_code == 200, path
+    engine, workers = server.tree()
+    for pid in [engine, *workers]:
+        assert secret.encode() not in open(f"/proc/{pid}/cmdline", "rb").read()
+    assert secret not in server.log()
+
+
+def test_api_key_flag_is_redacted_in_the_args_log(server):
+    server.start("--api-key", "sk-flag-secret")
+    server.wait_ready()
+    assert server.get("/v1/models").status_code == 401
+    assert "sk-flag-secret" not in server.log()
+
+
+# ---------------------------------------------------------------- profiler
+
+def test_profile_writes_one_synthetic_trace_per_rank(server, sandbox):
+    server.start(*torch_profiler(sandbox.traces), tp=2)
+    server.wait_ready()
+    assert server.post("/stop_profile").status_code == 409  # nothing running (see README)
+    start = server.post("/start_profile", json={"profile_prefix": "camp"})
+    assert (start.status_code, start.content) == (200, b"")
+    assert server.post("/start_profile").status_code == 409
+    server.post("/v1/completions", json={"prompt": "x", "max_tokens": 3})
+    stop = server.post("/stop_profile")
+    assert (stop.status_code, stop.content) == (200, b"")
+    names = sorted(p.name for p in sandbox.traces.iterdir())
+    for rank in (0, 1):
+        (trace_name,) = [n for n in names if re.fullmatch(
+            rf"camp_dp0_pp0_tp{rank}_dcp0_ep0_rank{rank}\.\d{{19}}\.pt\.trace\.json\.gz", n)]
+        trace = read_trace(sandbox.traces / trace_name)
+        assert trace["distributedInfo"]["rank"] == rank
+        assert trace["distributedInfo"]["world_size"] == 2
+        kernels = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "kernel"}
+        assert any(k.startswith("ncclDevKernel_AllReduce") for k in kernels)
+        steps = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_user_annotation"]
+        assert steps and all(e["name"] == "execute_context_0(0)_generation_1(1)"
+                             for e in steps)
+        assert "Self CUDA" in (sandbox.traces / f"profiler_out_{rank}.txt").read_text()
+    frontend = [n for n in names if re.fullmatch(r".+_\d+\.async_llm\.\d+\.pt\.trace\.json\.gz",
+                                                 n)]
+    assert frontend and frontend[0].endswith(".gz")
+    assert f"_{server.proc.pid}.async_llm." in frontend[0]
+    log = server.log()
+    order = ["Starting profiler...", "Profiler started.", "Stopping profiler...",
+             "Profiler stopped."]
+    assert [log.index(t) for t in order] == sorted(log.index(t) for t in order)
+    assert re.search(r"\(Worker_TP0 pid=\d+\) +Name +Self CUDA", log), "rank 0 prints table"
+    assert server.post("/stop_profile").status_code == 409
+
+
+def test_profile_honours_gzip_frontend_and_table_switches(server, sandbox):
+    server.start(*torch_profiler(sandbox.traces, torch_profiler_use_gzip=False,
+                                 ignore_frontend=True,
+                                 torch_profiler_dump_cuda_time_total=False))
+    server.wait_ready()
+    assert server.post("/start_profile").status_code == 200
+    assert server.post("/stop_profile").status_code == 200
+    (name,) = [p.name for p in sandbox.traces.iterdir()]
+    assert re.fullmatch(r"dp0_pp0_tp0_dcp0_ep0_rank0\.\d+\.pt\.trace\.json", name)
+    read_trace(sandbox.traces / name)
+
+
+def test_profile_accepts_the_dotted_cli_form(server, sandbox):
+    server.start("--profiler-config.profiler=torch",
+                 f"--profiler-config.torch_profiler_dir={sandbox.traces}",
+                 "--profiler-config.ignore_frontend", "true")
+    server.wait_ready()
+    assert server.post("/start_profile").status_code == 200
+    assert server.post("/stop_profile").status_code == 200
+    assert [p.name for p in sandbox.traces.iterdir() if "async_llm" in p.name] == []
+
+
+def test_traces_are_retimed_copies_of_the_templates(server, sandbox, templates):
+    before_ns = time.time_ns()
+    server.start(*torch_profiler(sandbox.traces), tp=3,
+                 env={"VLLM_STANDIN_TRACE_TEMPLATES": str(templates)})
+    server.wait_ready()
+    started_ns = time.time_ns()
+    assert server.post("/start_profile").status_code == 200
+    assert server.post("/stop_profile").status_code == 200
+    stopped_ns = time.time_ns()
+    earliest = []
+    for rank in range(3):
+        (path,) = sandbox.traces.glob(f"dp0_pp0_tp{rank}_dcp0_ep0_rank{rank}.*.pt.trace.json.gz")
+        trace = read_trace(path)
+        template = read_trace(templates / f"tp2_rank{rank % 2}.pt.trace.json.gz")
+        assert len(trace["traceEvents"]) == len(template["traceEvents"])
+        assert trace["distributedInfo"]["rank"] == rank
+        assert trace["distributedInfo"]["world_size"] == 3
+        names = {e["name"] for e in trace["traceEvents"]
+                 if e.get("cat") in ("user_annotation", "gpu_user_annotation")}
+        assert "decode_step" not in names
+        assert "execute_context_0(0)_generation_1(1)" in names
+        stamps = [e["ts"] for e in trace["traceEvents"] if "ts" in e]
+        first_ns = trace["baseTimeNanoseconds"] + min(stamps) * 1000
+        assert before_ns <= first_ns <= stopped_ns
+        earliest.append(first_ns)
+    assert started_ns - 10**9 <= min(earliest)
+    # ranks keep the templates' alignment: rank 1 started ~270 ms before rank 0
+    template_gap = 5140644338693.713 - 5140644068584.88
+    assert abs((earliest[0] - earliest[1]) / 1000 - template_gap) < 1000
+
+
+def test_truncate_trace_fault_corrupts_only_that_rank(server, sandbox):
+    server.start(*torch_profiler(sandbox.traces), tp=2)
+    server.wait_ready()
+    sandbox.set_fault("truncate-trace-rank-1")
+    assert server.post("/start_profile").status_code == 200
+    assert server.post("/stop_profile").status_code == 200
+    (good,) = sandbox.traces.glob("dp0_pp0_tp0_*.gz")
+    (bad,) = sandbox.traces.glob("dp0_pp0_tp1_*.gz")
+    read_trace(good)
+    with pytest.raises((EOFError, OSError, ValueError)):
+        read_trace(bad)
+
+
+def test_stop_profile_hang_fault_never_answers(server, sandbox):
+    server.start(*torch_profiler(sandbox.traces))
+    server.wait_ready()
+    assert server.post("/start_profile").status_code == 200
+    sandbox.set_fault("stop-profile-hangs")
+    with pytest.raises(requests.ReadTimeout):
+        server.post("/stop_profile", timeout=2)
+    assert server.get("/health").status_code == 200
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.wait_exit() == 0
+
+
+def test_unwritable_trace_dir_still_answers_200_with_a_warning(server, sandbox):
+    blocker = sandbox.root / "file"
+    blocker.write_text("")
+    server.start(*torch_profiler(blocker / "traces"))
+    server.wait_ready()
+    assert server.post("/start_profile").status_code == 200
+    assert server.post("/stop_profile").status_code == 200
+    assert "Failed to stop profiler: Can't create directory" in server.log()
