@@ -53,6 +53,7 @@ NVIDIA_SMI_TIMEOUT_S = 60
 MAX_ROUNDS = 3
 
 GPU_QUERY = ["--query-gpu=index,memory.used", "--format=csv,noheader,nounits"]
+MINOR_QUERY = ["--query-gpu=index,minor_number", "--format=csv,noheader,nounits"]
 APPS_QUERY = ["--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"]
 
 
@@ -402,6 +403,27 @@ def query_memory(nvidia_smi):
     return memory
 
 
+def query_minor_numbers(nvidia_smi):
+    """``{minor: gpu_index}`` from ``--query-gpu=index,minor_number``, or None if unknown.
+
+    ``/dev/nvidiaN`` has minor number N. On a bare host N is also the nvidia-smi index, but in
+    a container given one GPU the node keeps the host's number (``/dev/nvidia3``) while
+    nvidia-smi calls it GPU 0; the minor number ties the two. A tool that does not know the
+    field (a stand-in) leaves the number in the name as the index.
+    """
+    try:
+        lines = _run_nvidia_smi(nvidia_smi, MINOR_QUERY)
+    except ReleaseError:
+        return None
+    minors = {}
+    for line in lines:
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) != 2 or not (fields[0].isdigit() and fields[1].isdigit()):
+            return None
+        minors[int(fields[1])] = int(fields[0])
+    return minors or None
+
+
 def query_compute_apps(nvidia_smi):
     """``[{pid, process_name, used_mib}]`` from ``nvidia-smi --query-compute-apps``."""
     apps = []
@@ -514,6 +536,14 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
             memory_before = query_memory(nvsmi)
         except ReleaseError as exc:
             warnings.append("memory before release unknown: %s" % exc)
+        minors = query_minor_numbers(nvsmi)
+        if minors is not None:
+            for device, entry in entries.items():
+                number = device_index(device)
+                entry["index"] = minors.get(number) if number is not None else None
+                if number is not None and entry["index"] is None and entry["exists"]:
+                    warnings.append("%s: no GPU with minor number %d in nvidia-smi: its memory "
+                                    "is not checked" % (device, number))
 
     protected = protected_pids(proc_root=proc_root)
 
@@ -590,7 +620,7 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
     if nvsmi is not None and not check_mode:
         # Wait on every GPU except those a holder we leave alive still occupies and where we
         # released nothing: their memory cannot drop, and the run fails on them anyway.
-        blocked = {device_index(d) for f in foreign for d in f["devices"]}
+        blocked = {entries[d]["index"] for f in foreign for d in f["devices"]}
         released = {entries[d]["index"] for d in present if entries[d]["signalled"]}
         wait_on = [i for i in indices if i not in blocked or i in released]
         try:

@@ -107,6 +107,7 @@ def _comm(pid):
 FAKE_NVIDIA_SMI = """#!{python}
 # Test stand-in for nvidia-smi: memory.used per GPU from a JSON state file. A GPU reports
 # busy_mib while the process busy_while_pid lives (a zombie counts as gone), else idle_mib.
+# minor_number is answered only for GPUs that give "minor" (else empty, as unknown).
 import json, sys
 state = json.load(open({state!r}))
 if state.get("fail"):
@@ -125,6 +126,8 @@ args = " ".join(sys.argv[1:])
 for gpu in state["gpus"]:
     if "--query-gpu=index,memory.used" in args:
         print("%d, %d" % (gpu["index"], gpu["busy_mib"] if busy(gpu) else gpu["idle_mib"]))
+    elif "--query-gpu=index,minor_number" in args and "minor" in gpu:
+        print("%d, %d" % (gpu["index"], gpu["minor"]))
     elif "--query-compute-apps=pid,process_name,used_memory" in args and busy(gpu):
         print("%d, VLLM::Worker_TP0, %d" % (gpu["busy_while_pid"], gpu["busy_mib"]))
 """

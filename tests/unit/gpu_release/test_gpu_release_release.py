@@ -276,3 +276,27 @@ def test_without_fuser_it_warns_and_reads_proc(devices, holders):
     assert error is None and not alive(worker)
     assert result["signalled"] == [worker.pid] and result["holder_finder"] == "/proc"
     assert any("no-such-fuser not found" in w for w in result["warnings"])
+
+
+def test_gpu_index_follows_the_minor_number_when_nvidia_smi_knows_it(tmp_path, holders,
+                                                                    fake_nvidia_smi):
+    # A container given the host's GPU 3: the node is /dev/nvidia3, nvidia-smi calls it GPU 0.
+    device = tmp_path / "nvidia3"
+    device.write_bytes(b"")
+    worker = holders.owned(device, ignore_term=True)
+    smi = fake_nvidia_smi([{"index": 0, "minor": 3, "idle_mib": 1, "busy_mib": 97000,
+                            "busy_while_pid": worker.pid}])
+    result, error = run([device], nvidia_smi=smi, settle_timeout_s=60)
+    assert error is None
+    assert result["devices"][str(device)]["index"] == 0
+    assert result["memory_after"] == [{"index": 0, "used_mib": 1}]
+
+
+def test_a_node_nvidia_smi_does_not_list_is_not_memory_checked(tmp_path, fake_nvidia_smi):
+    device = tmp_path / "nvidia5"
+    device.write_bytes(b"")
+    smi = fake_nvidia_smi([{"index": 0, "minor": 3, "idle_mib": 50000}])
+    result, error = run([device], nvidia_smi=smi)
+    assert error is None
+    assert result["devices"][str(device)]["index"] is None
+    assert any("no GPU with minor number 5" in w for w in result["warnings"])
