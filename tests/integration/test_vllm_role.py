@@ -1,0 +1,155 @@
+"""The vllm role and the deploy/restore playbooks on a real systemd host.
+
+Every test leaves the sandbox on the normal, healthy service.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import UNIT
+
+UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
+ENV_FILE = f"/etc/vllm/{UNIT}.env"
+DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf"
+TRACE_DIR = "/var/lib/vllm/traces"
+FAULT_DIR = "/run/vllm-standin"
+
+
+@pytest.fixture
+def restored(sandbox):
+    """Run the test, then bring the host back with restore.yml."""
+    yield sandbox
+    sandbox.sh(f"rm -f {FAULT_DIR}/*", check=False)
+    run = sandbox.playbook("playbooks/restore.yml")
+    assert run.rc == 0, "restore.yml could not bring the sandbox back"
+
+
+def exec_start_argv(sandbox) -> list[str]:
+    """The arguments the running server got, from its /proc cmdline."""
+    pid = sandbox.prop("MainPID")
+    argv = sandbox.sh(f"tr '\\0' '\\n' < /proc/{pid}/cmdline").splitlines()
+    return argv[argv.index("serve") - 1:]
+
+
+def test_restore_on_a_healthy_host_changes_nothing(sandbox):
+    run = sandbox.playbook("playbooks/restore.yml")
+    assert run.rc == 0
+    assert run.recap()[sandbox.name]["changed"] == 0
+    assert sandbox.sh(f"systemctl is-active {UNIT}") == "active"
+
+
+def test_profiling_toggle_on_then_off(restored):
+    box = restored
+    before = box.prop("InvocationID")
+    run = box.playbook("playbooks/deploy.yml", extra={"vllm_profiling_enabled": True})
+    assert run.rc == 0
+    assert box.prop("InvocationID") != before, "turning profiling on must restart the server"
+
+    argv = exec_start_argv(box)
+    config = json.loads(argv[argv.index("--profiler-config") + 1])
+    assert config["profiler"] == "torch"
+    assert config["torch_profiler_dir"] == TRACE_DIR
+    assert argv[argv.index("--host") + 1] == "127.0.0.1", "the profiler must listen on loopback only"
+
+    assert box.http("/start_profile", "POST") == 200
+    assert box.http("/start_profile", "POST") == 409
+    box.sh("curl -sf -o /dev/null http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' "
+           "-d '{\"model\": \"kimi-k2.5\", \"prompt\": \"hi\", \"max_tokens\": 4}'")
+    assert box.http("/stop_profile", "POST") == 200
+    traces = box.sh(f"ls {TRACE_DIR}").split()
+    assert any(t.endswith(".pt.trace.json.gz") and "rank0." in t for t in traces)
+    assert any(t.endswith(".pt.trace.json.gz") and "rank1." in t for t in traces)
+    box.sh(f"rm -f {TRACE_DIR}/*")
+
+    # Off again: the drop-in is gone entirely and so are the endpoints.
+    run = box.playbook("playbooks/restore.yml")
+    assert run.rc == 0
+    assert box.sh(f"test -e {DROPIN} && echo present || echo absent") == "absent"
+    assert "50-profiling.conf" not in box.sh(f"systemctl cat {UNIT}")
+    assert "--profiler-config" not in exec_start_argv(box)
+    assert box.http("/start_profile", "POST") == 404
+    assert box.http("/health") == 200
+    assert box.sh(f"systemctl is-active {UNIT}") == "active"
+
+
+def test_crash_during_load_fails_fast_with_the_journal(restored):
+    box = restored
+    box.sh(f"touch {FAULT_DIR}/engine-dies-during-load")
+    # A changed environment restarts the server; its engine dies mid-load.
+    run = box.playbook(
+        "playbooks/deploy.yml",
+        extra={
+            "vllm_environment": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": 16,
+                                 "VLLM_STANDIN_LOAD_S": 8, "CRASH_TEST": 1},
+            "vllm_health_timeout_s": 900,
+        },
+    )
+    assert run.rc != 0
+    assert "Last journal lines" in run.output
+    assert "Loading safetensors checkpoint shards" in run.output
+    # It stopped on the crash, not on the 900 s budget.
+    assert "was not healthy after" not in run.output
+
+
+def test_engine_death_while_serving_is_detected(restored):
+    box = restored
+    box.sh(f"touch {FAULT_DIR}/engine-dies")
+    run = box.playbook("playbooks/deploy.yml", "--tags", "vllm_health")
+    assert run.rc != 0
+    assert "Last journal lines" in run.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"vllm_environment": {"NCCL_PROTO": "LLX"}}, "vllm_environment.NCCL_PROTO is 'LLX': allowed values are LL, LL128, Simple"),
+        ({"vllm_tensor_parallel_size": 0}, "vllm_tensor_parallel_size is 0: allowed values are a positive integer"),
+        ({"vllm_tensor_parallel_size": "eight"}, "vllm_tensor_parallel_size"),
+        ({"vllm_tensor_parallel_size": 4}, "vllm_tensor_parallel_size is 4 but vllm-it has 2 GPU device node(s)"),
+        ({"vllm_model_path": "/srv/models/missing"}, "vllm_model_path '/srv/models/missing' is not a directory"),
+        ({"vllm_model_path": ""}, "vllm_model_path is not set"),
+        ({"vllm_profiling_trace_dir": "traces"}, "vllm_profiling_trace_dir is 'traces': it must be an absolute path"),
+    ],
+)
+def test_bad_variables_fail_before_any_change(sandbox, extra, named):
+    unit_before = sandbox.file_sum(UNIT_FILE)
+    env_before = sandbox.file_sum(ENV_FILE)
+    invocation = sandbox.prop("InvocationID")
+    run = sandbox.playbook("playbooks/deploy.yml", extra=extra)
+    assert run.rc != 0
+    assert named in " ".join(run.output.split())
+    assert run.recap()[sandbox.name]["changed"] == 0
+    assert sandbox.file_sum(UNIT_FILE) == unit_before
+    assert sandbox.file_sum(ENV_FILE) == env_before
+    assert sandbox.prop("InvocationID") == invocation
+
+
+def test_check_mode_shows_the_change_and_makes_none(sandbox):
+    env_before = sandbox.file_sum(ENV_FILE)
+    invocation = sandbox.prop("InvocationID")
+    run = sandbox.playbook(
+        "playbooks/deploy.yml", "--check", "--diff",
+        extra={"vllm_environment": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_MAX_NCHANNELS": 16,
+                                    "VLLM_STANDIN_LOAD_S": 8}},
+    )
+    assert run.rc == 0
+    assert '+NCCL_PROTO="Simple"' in run.output
+    assert run.recap()[sandbox.name]["changed"] > 0
+    assert sandbox.file_sum(ENV_FILE) == env_before
+    assert sandbox.prop("InvocationID") == invocation
+
+
+def test_secrets_reach_the_server_but_not_the_unit_or_the_output(restored):
+    box = restored
+    key, token = "sk-integration-7f3a", "hf_integrationtoken9"
+    run = box.playbook("playbooks/deploy.yml", "--diff", extra={"vllm_api_key": key, "vllm_hf_token": token})
+    assert run.rc == 0
+    assert key not in run.output and token not in run.output
+    assert key not in box.sh(f"systemctl cat {UNIT}")
+    assert key not in box.sh(f"cat {ENV_FILE}")
+    assert key not in box.sh(f"journalctl -u {UNIT} --no-pager -n 500")
+    assert box.http("/v1/models") == 401
+    assert box.http("/v1/models", headers=(f"Authorization: Bearer {key}",)) == 200

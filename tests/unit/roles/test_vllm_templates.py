@@ -1,0 +1,112 @@
+"""The vllm role's templates rendered for the production example inventory.
+
+Renders with Ansible's own template module on the controller (no host
+needed), from the role defaults, the example inventory's overrides and the
+role's derived vars, in that order of precedence.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+ROLE = ROOT / "roles/vllm"
+ANSIBLE = Path(sys.executable).parent / "ansible"
+
+
+def render(tmp_path: Path, template: str, **extra) -> str:
+    dest = tmp_path / template.removesuffix(".j2")
+    cmd = [
+        str(ANSIBLE), "localhost", "-c", "local", "-i", "localhost,",
+        "-e", f"ansible_python_interpreter={sys.executable}",
+        "-e", f"@{ROLE / 'defaults/main.yml'}",
+        "-e", f"@{ROOT / 'inventory/example/group_vars/vllm_servers/vllm.yml'}",
+        "-e", f"@{ROLE / 'vars/main.yml'}",
+        "-e", json.dumps(extra),
+        "-m", "ansible.builtin.template",
+        "-a", f"src={ROLE / 'templates' / template} dest={dest}",
+    ]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return dest.read_text()
+
+
+def exec_start(unit_text: str) -> list[str]:
+    """The last ExecStart= of a unit, continuations joined, split into words."""
+    logical = unit_text.replace("\\\n", " ")
+    line = [ln for ln in logical.splitlines() if ln.startswith("ExecStart=") and ln != "ExecStart="][-1]
+    return [w.replace("%%", "%").replace("$$", "$") for w in shlex.split(line.removeprefix("ExecStart="))]
+
+
+@pytest.fixture(scope="module")
+def unit(tmp_path_factory):
+    return render(tmp_path_factory.mktemp("unit"), "vllm.service.j2")
+
+
+def test_example_unit_runs_kimi_on_eight_gpus(unit):
+    argv = exec_start(unit)
+    assert argv[:3] == ["/opt/vllm/venv/bin/vllm", "serve", "/models/Kimi-K2.5-INT4"]
+    options = dict(zip(argv[3::1], argv[4::1]))
+    assert options["--tensor-parallel-size"] == "8"
+    assert options["--gpu-memory-utilization"] == "0.95"
+    assert options["--port"] == "8000"
+    assert options["--max-model-len"] == "131072"
+    for flag in ("--trust-remote-code", "--enable-auto-tool-choice"):
+        assert flag in argv
+    assert options["--tool-call-parser"] == "kimi_k2"
+    assert "--profiler-config" not in argv
+
+
+def test_example_unit_settings(unit):
+    lines = set(unit.splitlines())
+    for expected in (
+        "Type=exec",
+        "Restart=always",
+        "KillMode=control-group",
+        "User=vllm",
+        "SupplementaryGroups=video",
+        "EnvironmentFile=/etc/vllm/vllm-kimi-k25-int4.env",
+        "EnvironmentFile=/etc/vllm/vllm-kimi-k25-int4.secrets.env",
+        "TimeoutStopSec=180",
+        "NoNewPrivileges=true",
+    ):
+        assert expected in lines
+    assert not any(line.startswith("Environment=NCCL") for line in lines), "NCCL settings belong in the EnvironmentFile"
+
+
+def test_example_environment_file_carries_the_nccl_settings(tmp_path):
+    env = render(tmp_path, "vllm.env.j2")
+    assert 'NCCL_ALGO="Ring"' in env.splitlines()
+    assert 'NCCL_PROTO="LL"' in env.splitlines()
+    assert 'NCCL_MAX_NCHANNELS="16"' in env.splitlines()
+
+
+def test_secrets_file_holds_the_secrets_and_the_unit_does_not(tmp_path):
+    secrets = render(tmp_path, "vllm.secrets.env.j2", vllm_api_key="sk-abc", vllm_hf_token="hf_xyz")
+    assert 'VLLM_API_KEY="sk-abc"' in secrets.splitlines()
+    assert 'HF_TOKEN="hf_xyz"' in secrets.splitlines()
+    unit = render(tmp_path, "vllm.service.j2", vllm_api_key="sk-abc", vllm_hf_token="hf_xyz")
+    assert "sk-abc" not in unit and "hf_xyz" not in unit
+
+
+def test_profiling_dropin_arms_the_profiler_on_loopback(tmp_path):
+    dropin = render(tmp_path, "50-profiling.conf.j2", vllm_profiler_config={"torch_profiler_with_stack": True, "max_iterations": 20})
+    assert "ExecStart=\n" in dropin, "the drop-in must clear the unit's ExecStart first"
+    argv = exec_start(dropin)
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
+    config = json.loads(argv[argv.index("--profiler-config") + 1])
+    assert config == {
+        "profiler": "torch",
+        "torch_profiler_dir": "/var/lib/vllm/traces",
+        "torch_profiler_with_stack": True,
+        "max_iterations": 20,
+    }
