@@ -105,6 +105,7 @@ class Sandbox:
             "VLLM_STANDIN_DEVICE_PATTERN": str(self.dev / "nvidia{rank}"),
             "VLLM_STANDIN_FAULT_DIR": str(self.faults),
             "VLLM_STANDIN_TRACE_TEMPLATES": str(root / "no-templates"),
+            "VLLM_STANDIN_CONFIG": str(root / "standin.env"),
             "GPU_SIM_CLAIM_DIR": str(self.claims),
             "GPU_SIM_DEVICE_GLOB": str(self.dev / "nvidia[0-9]*"),
         }

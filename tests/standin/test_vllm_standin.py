@@ -75,6 +75,17 @@ def test_shard_count_falls_back_to_env_knob(server):
     assert "| 3/3 [" in server.log()
 
 
+def test_knob_file_sets_defaults_the_environment_overrides(server, sandbox):
+    (sandbox.root / "standin.env").write_text(
+        "# sandbox knobs\nVLLM_STANDIN_SHARDS=2\nGPU_SIM_TOTAL_MIB=1000\n"
+        f"GPU_SIM_CLAIM_DIR={sandbox.root / 'loses'}\nPATH=/ignored\n")
+    server.start()
+    server.wait_ready()
+    assert "| 2/2 [" in server.log()
+    _, (worker,) = server.tree()
+    assert (sandbox.claims / str(worker)).read_text().strip() == "950"  # env's dir won
+
+
 # ---------------------------------------------------------------- processes
 
 def test_process_tree_titles_device_files_and_memory_claims(server, sandbox):
@@ -168,6 +179,16 @@ def test_engine_death_answers_503_then_exits_0(server, sandbox):
              what="engine and workers gone")
     assert list(sandbox.claims.iterdir()) == []
     assert "Engine core proc EngineCore_DP0 died unexpectedly" in server.log()
+
+
+def test_killed_worker_takes_the_engine_down_and_the_server_exits_0(server, sandbox):
+    server.start(tp=2)
+    server.wait_ready()
+    engine, workers = server.tree()
+    os.kill(workers[1], signal.SIGKILL)
+    assert server.wait_exit() == 0
+    wait_for(lambda: not alive(engine) and not alive(workers[0]), what="tree gone")
+    assert "Worker proc VLLM::Worker_TP1 died unexpectedly" in server.log()
 
 
 def test_engine_death_during_load_fails_startup_non_zero(server, sandbox):

@@ -68,6 +68,21 @@ def env_float(name, default):
         return default
 
 
+def load_knob_file():
+    """Defaults for the knobs from a KEY=VALUE file, so a sandbox can set them
+    without touching the unit the role renders; the environment wins."""
+    path = os.environ.get("VLLM_STANDIN_CONFIG", "/etc/vllm-standin.env")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        key, sep, value = line.strip().partition("=")
+        if sep and key.startswith(("VLLM_STANDIN_", "GPU_SIM_")):
+            os.environ.setdefault(key, value.strip().strip('"'))
+
+
 def fault_dir():
     return os.environ.get("VLLM_STANDIN_FAULT_DIR", "/run/vllm-standin")
 
@@ -500,6 +515,9 @@ class Worker:
             self.chan.send({"ev": "failed", "rank": self.rank})
             return False
         self.write_claim()
+        if self.rank == 0 and self.cfg["profiler"]["profiler"] == "torch":
+            log("INFO", "wrapper.py:191", "Torch profiling enabled. Traces will be saved to: "
+                + self.cfg["profiler"]["torch_profiler_dir"])
         self.chan.send({"ev": "up", "rank": self.rank})
         return True
 
@@ -1371,6 +1389,7 @@ def main(argv):
         chan = Channel(socket.socket(fileno=int(argv[1])))
         role_main = engine_main if argv[0] == "--internal-engine" else worker_main
         return role_main(chan.recv(), chan)
+    load_knob_file()
     if argv[:1] == ["--version"]:
         print(VERSION)
         return 0
