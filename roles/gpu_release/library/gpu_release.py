@@ -32,8 +32,9 @@ author:
 options:
   devices:
     description:
-      - Per-GPU device nodes to release. The number in C(nvidiaN) is the C(nvidia-smi) index
-        used for the memory check. Paths with other names are released but not memory-checked.
+      - Per-GPU device nodes to release. C(nvidiaN) is the GPU whose C(nvidia-smi)
+        C(minor_number) is N (the index N when nvidia-smi does not answer that field); its
+        memory is checked. Paths with other names are released but not memory-checked.
       - Empty means every C(/dev/nvidiaN) on the host.
     type: list
     elements: path

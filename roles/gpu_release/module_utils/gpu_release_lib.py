@@ -315,9 +315,14 @@ def scan(devices, finder, classifier, proc_root="/proc"):
     return found
 
 
+MAX_COMMAND_CHARS = 160
+
+
 def describe(info):
-    """``PID 12 (command 'sleep 300', user bob)`` for messages."""
-    command = info["cmdline"] or "[%s]" % info["comm"]
+    """``PID 12 (command 'sleep 300', user bob)`` for messages (long commands shortened)."""
+    command = " ".join(info["cmdline"].split()) or "[%s]" % info["comm"]
+    if len(command) > MAX_COMMAND_CHARS:
+        command = command[:MAX_COMMAND_CHARS - 3] + "..."
     text = "PID %d (command %r, user %s" % (info["pid"], command, info["user"])
     if info.get("unit"):
         text += ", unit %s" % info["unit"]

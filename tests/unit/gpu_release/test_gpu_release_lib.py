@@ -171,3 +171,13 @@ def test_resolve_command(tmp_path):
     assert lib.resolve_command("sh")
     assert lib.resolve_command("no-such-nvidia-smi") is None
     assert lib.resolve_command(str(tmp_path / "nvidia-smi")) is None
+
+
+def test_long_command_lines_are_shortened_in_messages_only():
+    info = {"pid": 9, "comm": "python3", "cmdline": "python -c\nimport x\n" + "y" * 300,
+            "user": "bob", "unit": "train.service"}
+    text = lib.describe(info)
+    assert text.startswith("PID 9 (command 'python -c import x yyy")
+    assert "...', user bob, unit train.service)" in text and len(text) < 220
+    assert lib.describe(dict(info, cmdline="")) == (
+        "PID 9 (command '[python3]', user bob, unit train.service)")
