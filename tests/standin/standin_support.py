@@ -128,7 +128,6 @@ class Server:
         self.log_path = log_path
         self.port = free_port()
         self.proc = None
-        self.seen = set()
 
     def start(self, *extra, tp=1, env=None, model=None):
         argv = [sys.executable, str(VLLM), "serve", str(model or self.sandbox.model),
@@ -168,6 +167,8 @@ class Server:
                 status = self.get("/health", timeout=5).status_code
             except requests.ConnectionError:
                 status = None
+            except requests.Timeout:
+                status = "accepted but not answered"
             if status != 200:
                 seen.append(status)
             return status == 200
@@ -181,7 +182,6 @@ class Server:
         engines = children(self.proc.pid)
         assert len(engines) == 1, engines
         workers = sorted(children(engines[0]), key=cmdline)
-        self.seen.update([engines[0], *workers])
         return engines[0], workers
 
     def wait_exit(self, timeout=WAIT_S):

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,7 +35,10 @@ def read_trace(path):
 # ---------------------------------------------------------------- loading
 
 def test_port_refuses_connections_until_loaded_then_health_200(server):
-    server.start(env={"VLLM_STANDIN_LOAD_S": "2"})
+    server.start(env={"VLLM_STANDIN_LOAD_S": "3", "VLLM_STANDIN_SHARDS": "10"})
+    server.wait_log(r"Loading safetensors checkpoint shards: +\d+% Completed \| 1/10 ")
+    with pytest.raises(ConnectionRefusedError):  # mid-load: bound, not listening
+        socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
     seen = server.wait_ready()
     assert seen and set(seen) == {None}, "only 'connection refused' before ready, never 503"
     response = server.get("/health")
