@@ -11,11 +11,12 @@ Two parsers share one result type:
 
 * the *fast* path exploits the fixed layout torch's exporter writes (one event per few
   lines, ``"ph": "X", "cat": "kernel", "name": ...`` on the first line of an event). It
-  finds the interesting events with one regular expression over large decompressed
-  chunks and checks, chunk by chunk, that it matched every occurrence of the
-  categories it cares about; on any disagreement it gives up and the general parser
-  reads the file instead. It checks the document's outline (starts with ``{``, ends
-  with ``}``) but not the syntax of events it skips.
+  checks the first event's layout, parses the interesting events with one regular
+  expression over large decompressed chunks, and checks, chunk by chunk, that the
+  number of ``"cat": "kernel"``, ``"cat": "gpu_...`` and ``"name": "cudaGraphLaunch``
+  occurrences equals what it parsed; on any disagreement the general parser reads the
+  file instead. It checks the document's outline (starts with ``{``, ends with ``}``)
+  but not the syntax of events it skips.
 * the *general* path parses any valid JSON with ijson (yajl2_c backend) and validates
   the whole document.
 """
@@ -47,7 +48,7 @@ _FAST_START = re.compile(rb'"traceEvents"\s*:\s*\[\n  \{\n    "')
 _FAST_EVENT = re.compile(
     rb'\n    "ph": "X", "cat": "(kernel|gpu_memcpy|gpu_memset|gpu_user_annotation|user_annotation'
     rb'|cuda_runtime(?=", "name": "cudaGraphLaunch))", "name": "([^"\\]*(?:\\.[^"\\]*)*)", '
-    rb'"pid": ([^,\n]*), "tid": ([^,\n]*),\n    "ts": ([^,\n]*), "dur": ([^,\n]*),\n    "args": \{\n'
+    rb'"pid": ([^,\n]*), "tid": [^,\n]*,\n    "ts": ([^,\n]*), "dur": ([^,\n]*),\n    "args": \{\n'
 )
 _CORRELATION = re.compile(rb'"correlation": (\d+)')
 _DIGITS = re.compile(r"\d+")
@@ -73,7 +74,7 @@ class TraceData:
     dur: array = field(default_factory=lambda: array("d"))
     name_id: array = field(default_factory=lambda: array("l"))
     corr: array = field(default_factory=lambda: array("q"))
-    activity_pids: Counter = field(default_factory=Counter)
+    activity_pids: Counter = field(default_factory=Counter)  # device pid -> distinct activity names
     spans: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
     gpu_annotation_names: Counter = field(default_factory=Counter)
     cpu_annotation_names: Counter = field(default_factory=Counter)
@@ -209,22 +210,20 @@ class _Builder:
         self.span_patterns = list(span_patterns.items())
         self._intern: dict = {}
 
-    def activity(self, key, cat: str, name_bytes_or_str, ts: float, dur: float, corr: int, pid) -> None:
+    def activity(self, key, cat: str, name: str, ts: float, dur: float, corr: int, pid) -> None:
+        """Used by the general parser; the fast path inlines the same steps."""
         d = self.data
         nid = self._intern.get(key)
         if nid is None:
             nid = len(d.names)
             self._intern[key] = nid
-            name = name_bytes_or_str
-            if isinstance(name, bytes):
-                name = _decode_json_string(name)
             d.names.append(name)
             d.name_cats.append(cat)
+            d.activity_pids[str(pid).encode()] += 1
         d.ts.append(ts)
         d.dur.append(dur)
         d.name_id.append(nid)
         d.corr.append(corr)
-        d.activity_pids[pid] += 1
 
     def gpu_span(self, name: str, ts: float, dur: float) -> None:
         d = self.data
@@ -300,20 +299,39 @@ def _read_fast(path: str, span_patterns) -> TraceData:
 
 
 def _fast_piece(piece: bytes, b: _Builder) -> None:
+    """Parse the events of interest in one piece with a single regex pass, then check
+    that every occurrence of their categories in the piece was parsed (one layout per
+    file is assumed; the first event's layout was checked before)."""
+    d = b.data
+    intern = b._intern
+    names, name_cats = d.names, d.name_cats
+    ts_append, dur_append = d.ts.append, d.dur.append
+    nid_append, corr_append = d.name_id.append, d.corr.append
+    corr_search = _CORRELATION.search
     kernels = gpu = launches = 0
     for m in _FAST_EVENT.finditer(piece):
-        cat, name, pid, _tid, ts, dur = m.groups()
+        cat, name, pid, ts, dur = m.groups()
         try:
             tsf, durf = float(ts), float(dur)
         except ValueError:
             raise _LayoutMismatch("non-numeric ts/dur") from None
+        end = m.end()
         if cat == b"kernel" or cat == b"gpu_memcpy" or cat == b"gpu_memset":
             if cat == b"kernel":
                 kernels += 1
             else:
                 gpu += 1
-            c = _CORRELATION.search(piece, m.end(), _args_end(piece, m.end()))
-            b.activity((cat, name), cat.decode(), name, tsf, durf, int(c.group(1)) if c else -1, pid)
+            nid = intern.get((cat, name))
+            if nid is None:
+                nid = intern[(cat, name)] = len(names)
+                names.append(_decode_json_string(name))
+                name_cats.append(cat.decode())
+                d.activity_pids[pid] += 1
+            c = corr_search(piece, end, _args_end(piece, end))
+            ts_append(tsf)
+            dur_append(durf)
+            nid_append(nid)
+            corr_append(int(c.group(1)) if c else -1)
         elif cat == b"gpu_user_annotation":
             gpu += 1
             b.gpu_span(_decode_json_string(name), tsf, durf)
@@ -321,13 +339,11 @@ def _fast_piece(piece: bytes, b: _Builder) -> None:
             b.cpu_span(_decode_json_string(name))
         else:  # cudaGraphLaunch
             launches += 1
-            c = _CORRELATION.search(piece, m.end(), _args_end(piece, m.end()))
+            c = corr_search(piece, end, _args_end(piece, end))
             if c:
-                b.data.graph_launch_corr.append(int(c.group(1)))
-    # Every GPU event carries its category as a JSON string; if some were not matched
-    # by the layout regex, this piece is not in torch's layout.
-    if (kernels != piece.count(b'"kernel"') or gpu != piece.count(b'"gpu_')
-            or launches != piece.count(b'"cudaGraphLaunch')):
+                d.graph_launch_corr.append(int(c.group(1)))
+    if (kernels != piece.count(b'"cat": "kernel"') or gpu != piece.count(b'"cat": "gpu_')
+            or launches != piece.count(b'"name": "cudaGraphLaunch')):
         raise _LayoutMismatch("an event of interest is laid out differently")
 
 

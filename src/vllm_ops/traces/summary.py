@@ -192,14 +192,14 @@ def _kind_stats(data: TraceData, spans: list, cats: list, is_nccl: list,
             cnt[nid] += 1
             if is_ar[nid]:
                 ar_calls.append((t, d, nid))
-    ar_calls.sort()
+    ar_calls.sort(key=lambda c: (c[0], c[1], data.names[c[2]]))  # same order whichever parser read the file
     steps = len(spans)
     cuda_us = sum(tot)
     by_cat = dict.fromkeys(classifier.categories, 0.0)
     for nid, us in enumerate(tot):
         if cnt[nid]:
             by_cat[cats[nid]] = by_cat.get(cats[nid], 0.0) + us
-    ranked = sorted((i for i in range(n_names) if cnt[i]), key=lambda i: -tot[i])[:top]
+    ranked = sorted((i for i in range(n_names) if cnt[i]), key=lambda i: (-tot[i], data.names[i]))[:top]
     return {
         "steps": steps,
         "overlapping_spans": overlaps,
