@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Benchmark the trace summarizer against plain decompression and HTA, on the same files.
+
+Each contender runs as a child process; we record its wall time, its CPU time (user +
+system of it and every worker it waited for) and its peak RSS (the sum over the
+process and its descendants, sampled every 20 ms from /proc).
+
+    bench/setup_venv.sh                      # HTA into .cache/bench-venv (once)
+    .venv/bin/python bench/gen_traces.py     # 8 ranks x ~80 MB gzip into .cache/bench/full
+    .venv/bin/python bench/gen_traces.py --ranks 2 --target-mb 10 --out .cache/bench/hta
+    .venv/bin/python bench/run_bench.py      # prints a Markdown table, writes .cache/bench/results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_PY = REPO / ".venv" / "bin" / "python"
+BENCH_PY = REPO / ".cache" / "bench-venv" / "bin" / "python"
+SUMMARY = [str(REPO / ".venv" / "bin" / "vllm-trace-summary"), "--decode-pattern", "^decode_step$"]
+
+DECOMPRESS = r"""
+import gzip, os, sys
+from concurrent.futures import ProcessPoolExecutor
+def drain(path):
+    n = 0
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(4 << 20):
+            n += len(chunk)
+    return n
+files = sys.argv[1:]
+jobs = min(len(files), len(os.sched_getaffinity(0)))
+with ProcessPoolExecutor(jobs) as pool:
+    print(sum(pool.map(drain, files)))
+"""
+
+HTA = r"""
+import sys
+from hta.trace_analysis import TraceAnalysis
+analyzer = TraceAnalysis(trace_dir=sys.argv[1])
+print(analyzer.get_gpu_kernel_breakdown(visualize=False)[0].to_string())
+"""
+
+
+def _tree_rss_kb(pid: int) -> int:
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    stack.extend(int(c) for c in fh.read().split())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return total
+
+
+def measure(label: str, cmd: list[str]) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+    peak = 0
+    stop = threading.Event()
+
+    def sample():
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _tree_rss_kb(proc.pid))
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    stop.set()
+    sampler.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{label} failed ({proc.returncode}): {err.decode(errors='replace')[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    result = {"label": label, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+              "peak_rss_mb_tree": round(peak / 1024, 1)}
+    print(f"  {label}: {result}", file=sys.stderr)
+    return result
+
+
+def _files(d: Path) -> list[str]:
+    files = sorted(str(p) for p in d.glob("*.json.gz"))
+    if not files:
+        raise SystemExit(f"no traces in {d}: run bench/gen_traces.py first")
+    return files
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--full", type=Path, default=REPO / ".cache" / "bench" / "full")
+    p.add_argument("--small", type=Path, default=REPO / ".cache" / "bench" / "hta")
+    p.add_argument("--skip-hta", action="store_true")
+    p.add_argument("--out", type=Path, default=REPO / ".cache" / "bench" / "results.json")
+    args = p.parse_args(argv)
+    full, small = _files(args.full), _files(args.small)
+    size = lambda fs: sum(os.path.getsize(f) for f in fs) / 1e6  # noqa: E731
+    print(f"full set: {len(full)} files, {size(full):.0f} MB gzip; small set: {len(small)} files, "
+          f"{size(small):.0f} MB gzip; {os.cpu_count()} CPUs", file=sys.stderr)
+    res = {"full": {}, "small": {}, "cpus": os.cpu_count(),
+           "full_gzip_mb": round(size(full)), "small_gzip_mb": round(size(small))}
+    quoted = " ".join(f"'{f}'" for f in full)
+    res["full"]["gzip -dc (serial)"] = measure("gzip -dc", ["sh", "-c", f"for f in {quoted}; do gzip -dc \"$f\"; done"])
+    res["full"]["python zlib (parallel)"] = measure("zlib parallel", [str(VENV_PY), "-c", DECOMPRESS, *full])
+    res["full"]["summarizer"] = measure("summarizer", [*SUMMARY, str(args.full)])
+    res["full"]["summarizer --jobs 1"] = measure("summarizer --jobs 1", [*SUMMARY, "--jobs", "1", str(args.full)])
+    res["small"]["summarizer"] = measure("summarizer small", [*SUMMARY, str(args.small)])
+    res["small"]["summarizer --parser general"] = measure(
+        "summarizer general", [*SUMMARY, "--parser", "general", str(args.small)])
+    if not args.skip_hta:
+        if not BENCH_PY.exists():
+            raise SystemExit(f"{BENCH_PY} missing: run bench/setup_venv.sh (or pass --skip-hta)")
+        res["small"]["HTA load + get_gpu_kernel_breakdown"] = measure("HTA", [str(BENCH_PY), "-c", HTA, str(args.small)])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=2))
+    print(render(res))
+    return 0
+
+
+def render(res: dict) -> str:
+    lines = [f"Full set: {res['full_gzip_mb']} MB gzip; small set: {res['small_gzip_mb']} MB gzip; "
+             f"{res['cpus']} CPUs.", "",
+             "| set | contender | wall s | CPU s | peak RSS, process tree (MB) |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    for which in ("full", "small"):
+        for label, r in res[which].items():
+            lines.append(f"| {which} | {label} | {r['wall_s']} | {r['cpu_s']} | {r['peak_rss_mb_tree']} |")
+    f, s = res["full"], res["small"]
+    lines += ["", "Ratios:", ""]
+    lines.append(f"- summarizer / gzip -dc, wall: {f['summarizer']['wall_s'] / f['gzip -dc (serial)']['wall_s']:.2f}x")
+    lines.append(f"- summarizer / parallel zlib decompression, wall: "
+                 f"{f['summarizer']['wall_s'] / f['python zlib (parallel)']['wall_s']:.2f}x, CPU: "
+                 f"{f['summarizer']['cpu_s'] / f['python zlib (parallel)']['cpu_s']:.2f}x")
+    hta = s.get("HTA load + get_gpu_kernel_breakdown")
+    if hta:
+        ours = s["summarizer"]
+        lines.append(f"- HTA / summarizer on the small set, wall: {hta['wall_s'] / ours['wall_s']:.1f}x, CPU: "
+                     f"{hta['cpu_s'] / ours['cpu_s']:.1f}x, peak RSS: "
+                     f"{hta['peak_rss_mb_tree'] / ours['peak_rss_mb_tree']:.1f}x")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
