@@ -168,9 +168,12 @@ def module_result(output):
 
 
 def start(argv0, code, args, env=None):
+    # Python finds its prefix (and so a virtualenv's site-packages, where
+    # PyTorch may live) from argv[0]; a bare title hides it. Hand the child
+    # this interpreter's import path instead.
+    child_env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **(env or {}))
     return subprocess.Popen([argv0, "-c", code] + [str(a) for a in args], executable=sys.executable,
-                            stdout=subprocess.PIPE, universal_newlines=True,
-                            env=dict(os.environ, **(env or {})))
+                            stdout=subprocess.PIPE, universal_newlines=True, env=child_env)
 
 
 def wait_ready(proc, what, timeout_s):

@@ -16,7 +16,8 @@ The steps, each a plain function pytest can call on its own:
 4. ``terminate`` sends SIGTERM, waits for ``/proc/<pid>`` to vanish, sends SIGKILL to the
    survivors and waits again; zombies count as gone, and a PID whose start time changed
    (reused) is never signalled.
-5. ``wait_for_memory`` polls ``nvidia-smi`` until every GPU is at or under the threshold.
+5. ``wait_for_memory`` polls ``nvidia-smi`` until no released PID holds memory and every GPU
+   that no foreign holder occupies is at or under the threshold.
 
 ``release`` chains them and returns a result dictionary the module hands to Ansible.
 """
@@ -450,16 +451,20 @@ def over_threshold(memory, indices, threshold_mib):
     return [i for i in indices if memory.get(i) is not None and memory[i] > threshold_mib]
 
 
-def wait_for_memory(nvidia_smi, indices, threshold_mib, timeout_s,
+def wait_for_memory(nvidia_smi, indices, threshold_mib, timeout_s, released_pids=(),
                     clock=time.monotonic, sleep=time.sleep):
-    """Poll until every GPU in ``indices`` is at or under the threshold or time is up.
+    """Poll until the driver has freed what was released, or time is up.
 
-    Returns the last reading, ``{gpu_index: used_mib}``.
+    Done when no released PID is still listed as a compute app and every GPU in
+    ``indices`` is at or under the threshold. Returns the last reading,
+    ``{gpu_index: used_mib}``.
     """
+    released = set(released_pids)
     deadline = clock() + timeout_s
     while True:
         memory = query_memory(nvidia_smi)
-        if not over_threshold(memory, indices, threshold_mib) or clock() >= deadline:
+        lingering = released and any(app["pid"] in released for app in query_compute_apps(nvidia_smi))
+        if (not lingering and not over_threshold(memory, indices, threshold_mib)) or clock() >= deadline:
             return memory
         sleep(MEMORY_POLL_S)
 
@@ -623,14 +628,15 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
     apps_after = None
     indices = sorted(i for i in (entries[d]["index"] for d in present) if i is not None)
     if nvsmi is not None and not check_mode:
-        # Wait on every GPU except those a holder we leave alive still occupies and where we
-        # released nothing: their memory cannot drop, and the run fails on them anyway.
+        # A holder left alive keeps its memory (and, with CUDA, holds every GPU node, not just
+        # its own), so the threshold applies only to GPUs no such holder occupies; on the
+        # others, wait until the driver no longer lists a released PID. The run fails on
+        # the holders left alive anyway.
         blocked = {entries[d]["index"] for f in foreign for d in f["devices"]}
-        released = {entries[d]["index"] for d in present if entries[d]["signalled"]}
-        wait_on = [i for i in indices if i not in blocked or i in released]
+        checked = [i for i in indices if i not in blocked]
         try:
-            memory_after = wait_for_memory(nvsmi, wait_on, memory_threshold_mib,
-                                           settle_timeout_s, clock, sleep)
+            memory_after = wait_for_memory(nvsmi, checked, memory_threshold_mib,
+                                           settle_timeout_s, signalled, clock, sleep)
             apps_after = query_compute_apps(nvsmi)
         except ReleaseError as exc:
             problems.append("cannot verify GPU memory: %s" % exc)
@@ -639,7 +645,7 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
             if unlisted:
                 warnings.append("%s does not list GPU(s) %s: their memory is not checked"
                                 % (nvsmi, ", ".join(str(i) for i in unlisted)))
-            over = over_threshold(memory_after, indices, memory_threshold_mib)
+            over = over_threshold(memory_after, checked, memory_threshold_mib)
             if over:
                 problems.append(
                     "GPU memory above %d MiB after waiting up to %d s: %s; compute apps: %s" % (

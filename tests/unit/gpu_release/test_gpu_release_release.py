@@ -224,7 +224,26 @@ def test_a_gpu_held_only_by_a_foreign_process_is_not_waited_for(devices, holders
     # A wait on GPU 1 would last the whole hour; the run fails on the foreign holder at once.
     result, error = run(devices, nvidia_smi=smi, settle_timeout_s=3600)
     assert alive(job)
-    assert "PID %d" % job.pid in error and "GPU 1 2048 MiB" in error
+    assert "PID %d" % job.pid in error and "GPU memory after (MiB): 0: 0, 1: 2048" in error
+
+
+def test_released_gpus_shared_with_a_foreign_process_wait_only_for_the_driver(
+        devices, holders, fake_nvidia_smi):
+    # Seen on real GPUs: every CUDA process opens every /dev/nvidiaN, so the owned worker and
+    # the foreign job both hold both nodes. GPU 1 keeps the foreign job's memory; the wait
+    # must end once the released PID is gone from the driver, not run out the settle timeout.
+    owned = holders.owned(devices[0], devices[1], ignore_term=True)
+    job = holders.foreign(devices[1])
+    smi = fake_nvidia_smi([
+        {"index": 0, "idle_mib": 0, "busy_mib": 41579, "busy_while_pid": owned.pid},
+        {"index": 1, "idle_mib": 0, "busy_mib": 1643, "busy_while_pid": job.pid},
+    ])
+    result, error = run(devices, nvidia_smi=smi, term_timeout_s=1, settle_timeout_s=3600)
+    assert result["killed"] == [owned.pid]
+    assert alive(job)
+    assert result["memory_after"] == [{"index": 0, "used_mib": 0}, {"index": 1, "used_mib": 1643}]
+    assert "PID %d" % job.pid in error
+    assert "GPU memory above" not in error
 
 
 def test_fuser_errors_are_reported(tmp_path):
