@@ -1,11 +1,24 @@
 """Streaming reader for torch.profiler / Kineto Chrome traces (``.json`` or ``.json.gz``).
 
-It keeps only what the summary needs, in compact arrays (about 28 bytes per GPU
-activity; every CPU event, python stack frame and flow arrow is dropped as it streams
-by), plus the GPU annotation spans whose names the caller asks for. Everything else in
-the document is skipped while it is read. GPU activities have to be kept until the end
-because Kineto writes the ``gpu_user_annotation`` spans *after* all kernels, so which
-step a kernel belongs to is only known once the file has been read.
+Memory does not grow with the number of GPU activities. Kineto writes the
+``gpu_user_annotation`` spans (the steps) *after* all kernels, so a kernel cannot be
+attributed to a step as it streams by; the reader therefore reads each file twice:
+
+1. *pass 1* keeps only the GPU annotation spans whose names the caller asks for, the
+   (capped) table of annotation names seen and the correlation ids of
+   ``cudaGraphLaunch`` calls;
+2. *pass 2* streams the GPU activities and adds each one, as it goes, into per-kind
+   (decode, prefill, ...) counters: total duration and call count per distinct
+   activity name, in tables sized by the number of distinct names. Only the calls whose
+   name the caller's ``keep_calls`` selects (the all-reduce kernels, for the cross-rank
+   skew correction) are kept one by one, and only those inside a step.
+
+What stays in memory per rank is thus: the interned activity names, the spans of the
+kinds asked for (one per step), the ``cudaGraphLaunch`` correlation ids (one per launch,
+and a set of those whose kernels were seen), the kept calls (one per all-reduce call
+inside a step) and one decompressed chunk (4 MiB) plus the head and tail kept to find
+``distributedInfo``. Every CPU event, python stack frame and flow arrow is dropped as it
+streams by, and everything else in the document is skipped.
 
 Two parsers share one result type:
 
@@ -15,7 +28,9 @@ Two parsers share one result type:
   expression over large decompressed chunks, and checks, chunk by chunk, that the
   number of ``"cat": "kernel"``, ``"cat": "gpu_...`` and ``"name": "cudaGraphLaunch``
   occurrences equals what it parsed; on any disagreement the general parser reads the
-  file instead. It checks the document's outline (starts with ``{``, ends with ``}``)
+  file instead (both passes). Pass 1 looks only at the annotation and
+  ``cudaGraphLaunch`` events (found by plain byte search); pass 2 parses and checks
+  every chunk. It checks the document's outline (starts with ``{``, ends with ``}``)
   but not the syntax of events it skips.
 * the *general* path parses any valid JSON with ijson (yajl2_c backend) and validates
   the whole document.
@@ -28,9 +43,9 @@ import json
 import os
 import re
 import zlib
-from array import array
+from bisect import bisect_right
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import ijson
@@ -60,8 +75,40 @@ class _LayoutMismatch(Exception):
 
 
 @dataclass
+class KindTotals:
+    """The activities that start inside the spans of one kind (e.g. decode), added up.
+
+    ``total_us`` and ``calls`` are indexed by activity name id (``TraceData.names``);
+    ``kept`` holds ``(ts, dur, name id)`` of each activity in a span whose name
+    ``keep_calls`` selected, in file order. ``starts``/``ends`` are the union of the
+    spans (an activity inside overlapping spans counts once); ``overlaps`` counts the
+    spans that overlap the one before.
+    """
+
+    spans: list[tuple[float, float, str]] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+    overlaps: int = 0
+    total_us: list[float] = field(default_factory=list)
+    calls: list[int] = field(default_factory=list)
+    kept: list[tuple[float, float, int]] = field(default_factory=list)
+
+    def close_spans(self) -> None:
+        """Sort the spans and build their union (after pass 1)."""
+        self.spans.sort()
+        for s, d, _ in self.spans:
+            if self.ends and s < self.ends[-1]:
+                self.overlaps += 1
+                self.ends[-1] = max(self.ends[-1], s + d)
+            else:
+                self.starts.append(s)
+                self.ends.append(s + d)
+
+
+@dataclass
 class TraceData:
-    """What one rank's file contributes to the summary."""
+    """What one rank's file contributes to the summary (sized by distinct names and
+    spans, not by GPU activities)."""
 
     path: str
     parser: str = ""
@@ -70,20 +117,22 @@ class TraceData:
     devices: dict[int, str] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
     name_cats: list[str] = field(default_factory=list)
-    ts: array = field(default_factory=lambda: array("d"))
-    dur: array = field(default_factory=lambda: array("d"))
-    name_id: array = field(default_factory=lambda: array("l"))
-    corr: array = field(default_factory=lambda: array("q"))
+    activities: int = 0
     activity_pids: Counter = field(default_factory=Counter)  # device pid -> distinct activity names
-    spans: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
+    kinds: dict[str, KindTotals] = field(default_factory=dict)
     gpu_annotation_names: Counter = field(default_factory=Counter)
     cpu_annotation_names: Counter = field(default_factory=Counter)
     graph_launch_corr: list[int] = field(default_factory=list)
+    graph_launches_seen: set = field(default_factory=set)  # launch correlation ids some activity carries
     bad_events: int = 0
 
     @property
-    def activities(self) -> int:
-        return len(self.ts)
+    def spans(self) -> dict[str, list[tuple[float, float, str]]]:
+        return {kind: t.spans for kind, t in self.kinds.items()}
+
+    @property
+    def graph_launches_without_activity(self) -> int:
+        return sum(1 for c in self.graph_launch_corr if c not in self.graph_launches_seen)
 
 
 def rank_from_filename(path: str) -> int | None:
@@ -182,55 +231,88 @@ class _Stream:
 
 
 def read_trace(path: str, span_patterns: Mapping[str, re.Pattern] | None = None,
-               parser: str = "auto") -> TraceData:
-    """Read one trace file.
+               parser: str = "auto", keep_calls: Callable[[str, str], bool] | None = None) -> TraceData:
+    """Read one trace file (two passes, see the module's docstring).
 
     ``span_patterns`` maps a span kind (e.g. ``"decode"``) to a compiled regex; a
-    ``gpu_user_annotation`` span is kept under every kind whose regex matches its name
-    (``re.search``). ``parser`` is ``"auto"`` (fast path, general fallback),
-    ``"fast"`` (fail rather than fall back; for tests) or ``"general"``.
+    ``gpu_user_annotation`` span is a span of every kind whose regex matches its name
+    (``re.search``). ``keep_calls(name, cat)`` selects the activity names whose calls
+    inside spans are kept one by one (``KindTotals.kept``). ``parser`` is ``"auto"``
+    (fast path, general fallback), ``"fast"`` (fail rather than fall back; for tests)
+    or ``"general"``.
     """
     span_patterns = dict(span_patterns or {})
     if parser not in ("auto", "fast", "general"):
         raise TraceInputError(f"unknown parser {parser!r} (auto, fast or general)")
     if parser != "general":
         try:
-            return _read_fast(path, span_patterns)
+            return _read(path, span_patterns, keep_calls, "fast", _fast_pass1, _fast_pass2)
         except _LayoutMismatch as exc:
             if parser == "fast":
                 raise TraceInputError(f"{path}: not in torch's exporter layout ({exc})") from None
-    return _read_general(path, span_patterns)
+    return _read(path, span_patterns, keep_calls, "general", _general_pass1, _general_pass2)
+
+
+def _read(path, span_patterns, keep_calls, parser, pass1, pass2) -> TraceData:
+    b = _Builder(path, span_patterns, parser, keep_calls)
+    with _Stream(path) as stream:
+        pass1(stream, b)
+    b.start_pass2()
+    with _Stream(path) as stream:
+        pass2(stream, b)
+        return b.finish(stream)
 
 
 class _Builder:
     """Collects events into a TraceData, whichever parser found them."""
 
-    def __init__(self, path: str, span_patterns: Mapping[str, re.Pattern], parser: str):
-        self.data = TraceData(path=path, parser=parser, spans={k: [] for k in span_patterns})
+    def __init__(self, path: str, span_patterns: Mapping[str, re.Pattern], parser: str,
+                 keep_calls: Callable[[str, str], bool] | None):
+        self.data = TraceData(path=path, parser=parser, kinds={k: KindTotals() for k in span_patterns})
         self.span_patterns = list(span_patterns.items())
+        self.keep_calls = keep_calls
+        self.keep: list[bool] = []  # by name id: keep_calls(name, cat)
+        self.live: list[tuple] = []  # the kinds with spans, as tuples for the hot loop
+        self.wanted: set[int] = set()  # cudaGraphLaunch correlation ids
         self._intern: dict = {}
 
-    def activity(self, key, cat: str, name: str, ts: float, dur: float, corr: int, pid) -> None:
-        """Used by the general parser; the fast path inlines the same steps."""
-        d = self.data
-        nid = self._intern.get(key)
-        if nid is None:
-            nid = len(d.names)
-            self._intern[key] = nid
-            d.names.append(name)
-            d.name_cats.append(cat)
-            d.activity_pids[str(pid).encode()] += 1
-        d.ts.append(ts)
-        d.dur.append(dur)
-        d.name_id.append(nid)
-        d.corr.append(corr)
-
+    # pass 1
     def gpu_span(self, name: str, ts: float, dur: float) -> None:
         d = self.data
         _count_capped(d.gpu_annotation_names, normalize_annotation(name))
         for kind, regex in self.span_patterns:
             if regex.search(name):
-                d.spans[kind].append((ts, dur, name))
+                d.kinds[kind].spans.append((ts, dur, name))
+
+    def start_pass2(self) -> None:
+        for t in self.data.kinds.values():
+            t.close_spans()
+        self.live = [(t.starts, t.ends, t.total_us, t.calls, t.kept) for t in self.data.kinds.values() if t.spans]
+        self.wanted = set(self.data.graph_launch_corr)
+
+    # pass 2
+    def name_id(self, key, cat: str, name: str, pid) -> int:
+        """The id of a new activity name (the caller looked ``key`` up in ``_intern``)."""
+        d = self.data
+        nid = self._intern[key] = len(d.names)
+        d.names.append(name)
+        d.name_cats.append(cat)
+        d.activity_pids[pid] += 1
+        self.keep.append(bool(self.keep_calls and self.keep_calls(name, cat)))
+        for t in d.kinds.values():
+            t.total_us.append(0.0)
+            t.calls.append(0)
+        return nid
+
+    def add(self, nid: int, ts: float, dur: float) -> None:
+        """Count one activity into the kinds whose spans hold its start."""
+        for starts, ends, total_us, calls, kept in self.live:
+            j = bisect_right(starts, ts) - 1
+            if j >= 0 and ts < ends[j]:
+                total_us[nid] += dur
+                calls[nid] += 1
+                if self.keep[nid]:
+                    kept.append((ts, dur, nid))
 
     def cpu_span(self, name: str) -> None:
         _count_capped(self.data.cpu_annotation_names, normalize_annotation(name))
@@ -261,41 +343,74 @@ def _decode_json_string(raw: bytes) -> str:
     return json.loads(b'"' + raw + b'"')
 
 
-def _read_fast(path: str, span_patterns) -> TraceData:
-    b = _Builder(path, span_patterns, "fast")
-    with _Stream(path) as stream:
-        buf = stream.read()
+def _fast_pieces(stream: _Stream):
+    """The decompressed text of the traceEvents array, in pieces cut between events."""
+    buf = stream.read()
+    m = _FAST_START.search(buf)
+    while m is None and len(buf) < _HEAD_KEEP:
+        more = stream.read()
+        if not more:
+            break
+        buf += more
         m = _FAST_START.search(buf)
-        while m is None and len(buf) < _HEAD_KEEP:
-            more = stream.read()
-            if not more:
-                break
-            buf += more
-            m = _FAST_START.search(buf)
-        if not buf.lstrip().startswith(b"{") or m is None:
-            raise _LayoutMismatch("no torch-style traceEvents array at the start")
-        pos = m.start()
-        data_end = False
-        while True:
-            more = b"" if data_end else stream.read()
-            if not more:
-                data_end = True
-                piece, buf = buf[pos:], b""
-            else:
-                buf = buf[pos:] + more
-                pos = 0
-                cut = buf.rfind(b"\n  {")
-                if cut <= 0:
-                    continue
-                piece, buf = buf[:cut], buf[cut:]
-            _fast_piece(piece, b)
-            if data_end:
-                break
-        if stream.total == 0:
-            raise TraceInputError(f"{path}: empty file (nothing after decompression)")
-        if not stream.tail.rstrip().endswith(b"}"):
-            raise _LayoutMismatch("the document does not end with '}'")
-        return b.finish(stream)
+    if not buf.lstrip().startswith(b"{") or m is None:
+        raise _LayoutMismatch("no torch-style traceEvents array at the start")
+    pos = m.start()
+    data_end = False
+    while True:
+        more = b"" if data_end else stream.read()
+        if not more:
+            data_end = True
+            piece, buf = buf[pos:], b""
+        else:
+            buf = buf[pos:] + more
+            pos = 0
+            cut = buf.rfind(b"\n  {")
+            if cut <= 0:
+                continue
+            piece, buf = buf[:cut], buf[cut:]
+        yield piece
+        if data_end:
+            break
+    if stream.total == 0:
+        raise TraceInputError(f"{stream.path}: empty file (nothing after decompression)")
+    if not stream.tail.rstrip().endswith(b"}"):
+        raise _LayoutMismatch("the document does not end with '}'")
+
+
+# The fast pass 1 finds its events by these needles, then parses each with _FAST_EVENT
+# from the start of its line; pass 2 checks that _FAST_EVENT saw every one of them.
+_PASS1_NEEDLES = (b'"cat": "gpu_user_annotation", ', b'"cat": "cuda_runtime", "name": "cudaGraphLaunch')
+_EVENT_LEAD = len(b'\n    "ph": "X", ')
+
+
+def _fast_pass1(stream: _Stream, b: _Builder) -> None:
+    d = b.data
+    corr_search = _CORRELATION.search
+    for piece in _fast_pieces(stream):
+        for needle in _PASS1_NEEDLES:
+            at = piece.find(needle)
+            while at >= 0:
+                m = _FAST_EVENT.match(piece, at - _EVENT_LEAD)
+                if m is None:
+                    raise _LayoutMismatch("an event of interest is laid out differently")
+                cat, name, _, ts, dur = m.groups()
+                end = m.end()
+                if cat == b"gpu_user_annotation":
+                    try:
+                        b.gpu_span(_decode_json_string(name), float(ts), float(dur))
+                    except ValueError:
+                        raise _LayoutMismatch("non-numeric ts/dur") from None
+                else:
+                    c = corr_search(piece, end, _args_end(piece, end))
+                    if c:
+                        d.graph_launch_corr.append(int(c.group(1)))
+                at = piece.find(needle, end)
+
+
+def _fast_pass2(stream: _Stream, b: _Builder) -> None:
+    for piece in _fast_pieces(stream):
+        _fast_piece(piece, b)
 
 
 def _fast_piece(piece: bytes, b: _Builder) -> None:
@@ -303,19 +418,16 @@ def _fast_piece(piece: bytes, b: _Builder) -> None:
     that every occurrence of their categories in the piece was parsed (one layout per
     file is assumed; the first event's layout was checked before)."""
     d = b.data
-    intern = b._intern
-    names, name_cats = d.names, d.name_cats
-    ts_append, dur_append = d.ts.append, d.dur.append
-    nid_append, corr_append = d.name_id.append, d.corr.append
+    intern, name_id, add = b._intern, b.name_id, b.add
+    wanted, seen = b.wanted, d.graph_launches_seen
     corr_search = _CORRELATION.search
-    kernels = gpu = launches = 0
+    kernels = gpu = launches = activities = 0
     for m in _FAST_EVENT.finditer(piece):
         cat, name, pid, ts, dur = m.groups()
         try:
             tsf, durf = float(ts), float(dur)
         except ValueError:
             raise _LayoutMismatch("non-numeric ts/dur") from None
-        end = m.end()
         if cat == b"kernel" or cat == b"gpu_memcpy" or cat == b"gpu_memset":
             if cat == b"kernel":
                 kernels += 1
@@ -323,25 +435,21 @@ def _fast_piece(piece: bytes, b: _Builder) -> None:
                 gpu += 1
             nid = intern.get((cat, name))
             if nid is None:
-                nid = intern[(cat, name)] = len(names)
-                names.append(_decode_json_string(name))
-                name_cats.append(cat.decode())
-                d.activity_pids[pid] += 1
-            c = corr_search(piece, end, _args_end(piece, end))
-            ts_append(tsf)
-            dur_append(durf)
-            nid_append(nid)
-            corr_append(int(c.group(1)) if c else -1)
+                nid = name_id((cat, name), cat.decode(), _decode_json_string(name), pid)
+            activities += 1
+            add(nid, tsf, durf)
+            if wanted:
+                end = m.end()
+                c = corr_search(piece, end, _args_end(piece, end))
+                if c and int(c.group(1)) in wanted:
+                    seen.add(int(c.group(1)))
         elif cat == b"gpu_user_annotation":
-            gpu += 1
-            b.gpu_span(_decode_json_string(name), tsf, durf)
+            gpu += 1  # read in pass 1
         elif cat == b"user_annotation":
             b.cpu_span(_decode_json_string(name))
-        else:  # cudaGraphLaunch
+        else:  # cudaGraphLaunch, read in pass 1
             launches += 1
-            c = corr_search(piece, end, _args_end(piece, end))
-            if c:
-                d.graph_launch_corr.append(int(c.group(1)))
+    d.activities += activities
     if (kernels != piece.count(b'"cat": "kernel"') or gpu != piece.count(b'"cat": "gpu_')
             or launches != piece.count(b'"name": "cudaGraphLaunch')):
         raise _LayoutMismatch("an event of interest is laid out differently")
@@ -352,46 +460,77 @@ def _args_end(piece: bytes, start: int) -> int:
     return len(piece) if end < 0 else end
 
 
-def _read_general(path: str, span_patterns) -> TraceData:
-    b = _Builder(path, span_patterns, "general")
-    with _Stream(path) as stream:
-        n = 0
-        try:
-            for ev in ijson.items(stream, "traceEvents.item", use_float=True, buf_size=1 << 20):
-                n += 1
-                if not isinstance(ev, dict):
-                    b.data.bad_events += 1
-                    continue
-                cat = ev.get("cat")
-                if cat in GPU_ACTIVITY_CATS or cat == "gpu_user_annotation" or cat == "user_annotation":
-                    if ev.get("ph") != "X":
-                        continue
-                    name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
-                    if not isinstance(name, str) or not _is_num(ts) or not _is_num(dur):
-                        b.data.bad_events += 1
-                        continue
-                    if cat == "gpu_user_annotation":
-                        b.gpu_span(name, float(ts), float(dur))
-                    elif cat == "user_annotation":
-                        b.cpu_span(name)
-                    else:
-                        corr = _correlation(ev)
-                        b.activity((cat, name), cat, name, float(ts), float(dur), corr, ev.get("pid"))
-                elif cat == "cuda_runtime" and str(ev.get("name", "")).startswith("cudaGraphLaunch"):
+def _general_events(stream: _Stream):
+    """Every item of traceEvents (any JSON layout), with bad input as TraceInputError."""
+    path = stream.path
+    n = 0
+    try:
+        for ev in ijson.items(stream, "traceEvents.item", use_float=True, buf_size=1 << 20):
+            n += 1
+            yield ev
+    except ijson.common.IncompleteJSONError as exc:
+        if stream.total == 0:
+            raise TraceInputError(f"{path}: empty file (nothing after decompression)") from None
+        msg = " ".join(str(exc).split())
+        kind = "truncated JSON" if "incomplete" in msg.lower() or "premature" in msg.lower() else "invalid JSON"
+        raise TraceInputError(f"{path}: {kind}: {msg[:200]}") from None
+    except ijson.common.JSONError as exc:
+        raise TraceInputError(f"{path}: invalid JSON: {' '.join(str(exc).split())[:200]}") from None
+    if n == 0 and b'"traceEvents"' not in stream.head and b'"traceEvents"' not in stream.tail:
+        raise TraceInputError(f"{path}: no traceEvents array: not a torch.profiler/Chrome trace")
+
+
+def _x_event(ev: dict):
+    """(name, ts, dur) of a complete event, or None where one of them is missing."""
+    name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
+    if not isinstance(name, str) or not _is_num(ts) or not _is_num(dur):
+        return None
+    return name, float(ts), float(dur)
+
+
+def _general_pass1(stream: _Stream, b: _Builder) -> None:
+    for ev in _general_events(stream):
+        if not isinstance(ev, dict):
+            continue  # counted in pass 2
+        cat = ev.get("cat")
+        if cat == "gpu_user_annotation" and ev.get("ph") == "X":
+            x = _x_event(ev)
+            if x is not None:
+                b.gpu_span(*x)
+        elif cat == "cuda_runtime" and str(ev.get("name", "")).startswith("cudaGraphLaunch"):
+            corr = _correlation(ev)
+            if corr >= 0:
+                b.data.graph_launch_corr.append(corr)
+
+
+def _general_pass2(stream: _Stream, b: _Builder) -> None:
+    d = b.data
+    for ev in _general_events(stream):
+        if not isinstance(ev, dict):
+            d.bad_events += 1
+            continue
+        cat = ev.get("cat")
+        if cat in GPU_ACTIVITY_CATS or cat == "gpu_user_annotation" or cat == "user_annotation":
+            if ev.get("ph") != "X":
+                continue
+            x = _x_event(ev)
+            if x is None:
+                d.bad_events += 1
+                continue
+            if cat == "user_annotation":
+                b.cpu_span(x[0])
+            elif cat != "gpu_user_annotation":  # spans were read in pass 1
+                name, ts, dur = x
+                key = (cat, name)
+                nid = b._intern.get(key)
+                if nid is None:
+                    nid = b.name_id(key, cat, name, str(ev.get("pid")).encode())
+                d.activities += 1
+                b.add(nid, ts, dur)
+                if b.wanted:
                     corr = _correlation(ev)
-                    if corr >= 0:
-                        b.data.graph_launch_corr.append(corr)
-        except ijson.common.IncompleteJSONError as exc:
-            if stream.total == 0:
-                raise TraceInputError(f"{path}: empty file (nothing after decompression)") from None
-            msg = " ".join(str(exc).split())
-            kind = "truncated JSON" if "incomplete" in msg.lower() or "premature" in msg.lower() else "invalid JSON"
-            raise TraceInputError(f"{path}: {kind}: {msg[:200]}") from None
-        except ijson.common.JSONError as exc:
-            raise TraceInputError(f"{path}: invalid JSON: {' '.join(str(exc).split())[:200]}") from None
-        if n == 0 and b'"traceEvents"' not in stream.head and b'"traceEvents"' not in stream.tail:
-            raise TraceInputError(f"{path}: no traceEvents array: not a torch.profiler/Chrome trace")
-        return b.finish(stream)
+                    if corr in b.wanted:
+                        d.graph_launches_seen.add(corr)
 
 
 def _is_num(v) -> bool:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import os
 import re
-from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from statistics import fmean
 
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
 from .errors import TraceInputError
-from .reader import TraceData, find_trace_files, rank_from_filename, read_trace
+from .reader import KindTotals, TraceData, find_trace_files, rank_from_filename, read_trace
 
 DEFAULT_DECODE_PATTERN = r"^execute_(?:\d+_)?context_0\([\d_]*\)_generation_\d+\([\d_]*\)$"
 FALLBACK_DECODE_PATTERN = r"^ProfilerStep#\d+$"
@@ -108,14 +107,22 @@ def _rank_worker(task) -> tuple[bool, object]:
     path, pattern_texts, rules, top, parser = task
     try:
         patterns = {k: re.compile(p) for k, p in pattern_texts.items()}
-        data = read_trace(path, patterns, parser=parser)
-        return True, summarize_rank(data, Classifier(rules), top)
+        classifier = Classifier(rules)
+        data = read_trace(path, patterns, parser=parser, keep_calls=allreduce_calls(classifier))
+        return True, summarize_rank(data, classifier, top)
     except TraceInputError as exc:
         return False, str(exc)
 
 
+def allreduce_calls(classifier: Classifier):
+    """The ``keep_calls`` for :func:`read_trace`: keep every all-reduce call inside a step,
+    which the cross-rank skew correction pairs call by call."""
+    return lambda name, cat: classifier.classify(name, cat) == ALLREDUCE
+
+
 def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> dict:
-    """Reduce one rank's TraceData to the figures the combined summary needs."""
+    """Reduce one rank's TraceData (read with ``keep_calls=allreduce_calls(classifier)``)
+    to the figures the combined summary needs."""
     cats = [classifier.classify(n, c) for n, c in zip(data.names, data.name_cats)]
     nccl = re.compile(NCCL_ALLREDUCE_PATTERN)
     is_nccl = [c == ALLREDUCE and bool(nccl.search(n)) for n, c in zip(data.names, cats)]
@@ -131,13 +138,13 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
         "gpu_annotation_names": data.gpu_annotation_names.most_common(8),
         "cpu_annotation_names": data.cpu_annotation_names.most_common(8),
         "graph_launches": len(data.graph_launch_corr),
-        "graph_launches_without_activity": _graph_launches_without_activity(data),
+        "graph_launches_without_activity": data.graph_launches_without_activity,
         "kinds": {},
     }
-    for kind, spans in data.spans.items():
-        if kind == _FALLBACK and data.spans.get(_DECODE):
+    for kind, totals in data.kinds.items():
+        if kind == _FALLBACK and data.kinds.get(_DECODE) and data.kinds[_DECODE].spans:
             continue  # the fallback only matters where nothing else matched
-        out["kinds"][kind] = _kind_stats(data, spans, cats, is_nccl, classifier, top)
+        out["kinds"][kind] = _kind_stats(data, totals, cats, is_nccl, classifier, top)
     return out
 
 
@@ -152,47 +159,15 @@ def _device_name(data: TraceData) -> str | None:
     return data.devices.get(pid)
 
 
-def _graph_launches_without_activity(data: TraceData) -> int:
-    if not data.graph_launch_corr:
-        return 0
-    wanted = set(data.graph_launch_corr)
-    seen = set()
-    for c in data.corr:
-        if c in wanted:
-            seen.add(c)
-    return sum(1 for c in data.graph_launch_corr if c not in seen)
-
-
-def _kind_stats(data: TraceData, spans: list, cats: list, is_nccl: list,
+def _kind_stats(data: TraceData, totals: KindTotals, cats: list, is_nccl: list,
                 classifier: Classifier, top: int) -> dict:
-    spans = sorted(spans)
-    # Attribution uses the union of the spans, so an activity inside overlapping
-    # (e.g. nested) spans is counted once.
-    starts: list[float] = []
-    ends: list[float] = []
-    overlaps = 0
-    for s, d, _ in spans:
-        if ends and s < ends[-1]:
-            overlaps += 1
-            ends[-1] = max(ends[-1], s + d)
-        else:
-            starts.append(s)
-            ends.append(s + d)
+    # The reader added the activities up per name, over the union of the spans (an
+    # activity inside overlapping spans is counted once), and kept the all-reduce calls.
+    spans = totals.spans
+    tot, cnt = totals.total_us, totals.calls
     n_names = len(data.names)
-    tot = [0.0] * n_names
-    cnt = [0] * n_names
-    is_ar = [c == ALLREDUCE for c in cats]
-    ar_calls: list[tuple[float, float, int]] = []
-    if spans:
-        for t, d, nid in zip(data.ts, data.dur, data.name_id):
-            j = bisect_right(starts, t) - 1
-            if j < 0 or t >= ends[j]:
-                continue
-            tot[nid] += d
-            cnt[nid] += 1
-            if is_ar[nid]:
-                ar_calls.append((t, d, nid))
-    ar_calls.sort(key=lambda c: (c[0], c[1], data.names[c[2]]))  # same order whichever parser read the file
+    # same order whichever parser read the file
+    ar_calls = sorted(totals.kept, key=lambda c: (c[0], c[1], data.names[c[2]]))
     steps = len(spans)
     cuda_us = sum(tot)
     by_cat = dict.fromkeys(classifier.categories, 0.0)
@@ -202,7 +177,7 @@ def _kind_stats(data: TraceData, spans: list, cats: list, is_nccl: list,
     ranked = sorted((i for i in range(n_names) if cnt[i]), key=lambda i: (-tot[i], data.names[i]))[:top]
     return {
         "steps": steps,
-        "overlapping_spans": overlaps,
+        "overlapping_spans": totals.overlaps,
         "wall_us": sum(d for _, d, _ in spans),
         "cuda_us": cuda_us,
         "activities_in_steps": sum(cnt),

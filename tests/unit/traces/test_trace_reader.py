@@ -27,25 +27,53 @@ def _events(ev):
 
 
 def _fingerprint(d):
-    return (d.rank, d.world_size, d.devices, d.names, d.name_cats, list(d.ts), list(d.dur), list(d.name_id),
-            list(d.corr), d.spans, dict(d.gpu_annotation_names), dict(d.cpu_annotation_names),
-            d.graph_launch_corr)
+    return (d.rank, d.world_size, d.devices, d.names, d.name_cats, d.activities, d.kinds,
+            dict(d.gpu_annotation_names), dict(d.cpu_annotation_names), d.graph_launch_corr,
+            d.graph_launches_seen, dict(d.activity_pids), d.bad_events)
+
+
+def _keep_nvjet(name, cat):
+    return name.startswith("nvjet")
 
 
 @pytest.mark.parametrize("gz", [True, False])
 def test_fast_and_general_paths_agree(write_trace, ev, gz):
     path = write_trace("r.json.gz" if gz else "r.json", _events(ev), rank=3, world_size=4, gz=gz)
-    fast = read_trace(path, PATTERNS, parser="fast")
-    general = read_trace(path, PATTERNS, parser="general")
+    fast = read_trace(path, PATTERNS, parser="fast", keep_calls=_keep_nvjet)
+    general = read_trace(path, PATTERNS, parser="general", keep_calls=_keep_nvjet)
     assert fast.parser == "fast" and general.parser == "general"
     assert _fingerprint(fast) == _fingerprint(general)
     assert fast.rank == 3 and fast.world_size == 4 and fast.devices == {0: "Test GPU"}
     assert fast.names[1] == 'weird "quoted" \\ name'
     assert fast.name_cats == ["kernel", "kernel", "gpu_memcpy", "gpu_memset"]
-    assert list(fast.corr) == [11, 12, 13, 14]
+    assert fast.activities == 4
     assert fast.spans == {"decode": [(9.0, 20.0, "decode_step")]}
-    assert fast.graph_launch_corr == [20]
+    decode = fast.kinds["decode"]
+    assert (decode.starts, decode.ends, decode.overlaps) == ([9.0], [29.0], 0)
+    assert decode.total_us == [4.0, 1.5, 0.5, 0.25] and decode.calls == [1, 1, 1, 1]
+    assert decode.kept == [(10.0, 4.0, 0)]
+    assert fast.graph_launch_corr == [20] and fast.graph_launches_without_activity == 1
     assert fast.gpu_annotation_names == {"decode_step": 1, "nccl:all_reduce": 1}
+
+
+def test_graph_launch_whose_kernel_was_recorded(write_trace, ev):
+    events = [ev.runtime("cudaGraphLaunch", 1.0, 1.0, corr=5), ev.kernel("k", 3.0, 1.0, corr=5),
+              ev.runtime("cudaGraphLaunch", 4.0, 1.0, corr=6), ev.span("decode_step", 0.0, 9.0)]
+    path = write_trace("g.json.gz", events)
+    for parser in ("fast", "general"):
+        data = read_trace(path, PATTERNS, parser=parser)
+        assert data.graph_launch_corr == [5, 6] and data.graph_launches_seen == {5}
+        assert data.graph_launches_without_activity == 1
+
+
+def test_overlapping_spans_count_an_activity_once(write_trace, ev):
+    events = [ev.kernel("k", 5.0, 1.0), ev.kernel("k", 12.0, 2.0), ev.kernel("k", 30.0, 4.0),
+              ev.span("decode_step", 0.0, 10.0), ev.span("decode_step", 4.0, 10.0), ev.span("decode_step", 20.0, 1.0)]
+    path = write_trace("o.json.gz", events)
+    for parser in ("fast", "general"):
+        decode = read_trace(path, PATTERNS, parser=parser).kinds["decode"]
+        assert (decode.starts, decode.ends, decode.overlaps) == ([0.0, 20.0], [14.0, 21.0], 1)
+        assert decode.total_us == [3.0] and decode.calls == [2]
 
 
 @pytest.mark.parametrize("layout", ["minified", "indent"])
