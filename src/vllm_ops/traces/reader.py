@@ -15,8 +15,8 @@ attributed to a step as it streams by; the reader therefore reads each file twic
 
 What stays in memory per rank is thus: the interned activity names, the spans of the
 kinds asked for (one per step), the ``cudaGraphLaunch`` correlation ids (one per launch,
-and a set of those whose kernels were seen), the kept calls (one per all-reduce call
-inside a step) and one decompressed chunk (4 MiB) plus the head and tail kept to find
+and a set of those whose kernels were seen), the kept calls (one tuple per all-reduce
+call inside a step: they grow with the number of all-reduce calls, not of activities) and one decompressed chunk (4 MiB) plus the head and tail kept to find
 ``distributedInfo``. Every CPU event, python stack frame and flow arrow is dropped as it
 streams by, and everything else in the document is skipped.
 
