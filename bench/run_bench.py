@@ -123,6 +123,11 @@ def main(argv=None) -> int:
     res["full"]["python zlib (parallel)"] = measure("zlib parallel", [str(VENV_PY), "-c", DECOMPRESS, *full])
     res["full"]["summarizer"] = measure("summarizer", [*SUMMARY, str(args.full)])
     res["full"]["summarizer --jobs 1"] = measure("summarizer --jobs 1", [*SUMMARY, "--jobs", "1", str(args.full)])
+    # Peak RSS against trace size: one rank of each set, alone (one worker, no pool).
+    res["one rank"] = {}
+    for f in (small[0], full[0]):
+        label = f"summarizer, {os.path.basename(f)} ({os.path.getsize(f) / 1e6:.0f} MB gzip)"
+        res["one rank"][label] = measure(label, [*SUMMARY, f])
     res["small"]["summarizer"] = measure("summarizer small", [*SUMMARY, str(args.small)])
     res["small"]["summarizer --parser general"] = measure(
         "summarizer general", [*SUMMARY, "--parser", "general", str(args.small)])
@@ -141,8 +146,8 @@ def render(res: dict) -> str:
              f"{res['cpus']} CPUs.", "",
              "| set | contender | wall s | CPU s | peak RSS, process tree (MB) |",
              "| --- | --- | ---: | ---: | ---: |"]
-    for which in ("full", "small"):
-        for label, r in res[which].items():
+    for which in ("full", "one rank", "small"):
+        for label, r in res.get(which, {}).items():
             lines.append(f"| {which} | {label} | {r['wall_s']} | {r['cpu_s']} | {r['peak_rss_mb_tree']} |")
     f, s = res["full"], res["small"]
     lines += ["", "Ratios:", ""]
@@ -150,6 +155,10 @@ def render(res: dict) -> str:
     lines.append(f"- summarizer / parallel zlib decompression, wall: "
                  f"{f['summarizer']['wall_s'] / f['python zlib (parallel)']['wall_s']:.2f}x, CPU: "
                  f"{f['summarizer']['cpu_s'] / f['python zlib (parallel)']['cpu_s']:.2f}x")
+    one = list(res.get("one rank", {}).values())
+    if len(one) == 2:
+        lines.append(f"- one rank, peak RSS of the larger file / the smaller: "
+                     f"{one[1]['peak_rss_mb_tree'] / one[0]['peak_rss_mb_tree']:.2f}x")
     hta = s.get("HTA load + get_gpu_kernel_breakdown")
     if hta:
         ours = s["summarizer"]
