@@ -29,16 +29,13 @@ help:  ## List the targets
 
 setup: apt venv collections podman-conf image  ## Everything a fresh machine needs
 
-apt: .cache/apt.stamp  ## Debian packages (podman, runc, debootstrap, psmisc)
-.cache/apt.stamp: Makefile
-	@mkdir -p .cache
-	@if ! dpkg-query -W -f='$${Status}\n' $(APT_PACKAGES) 2>/dev/null | grep -qv 'install ok installed' \
-	    && [ "$$(dpkg-query -W -f='$${Status}\n' $(APT_PACKAGES) 2>/dev/null | wc -l)" = "$(words $(APT_PACKAGES))" ]; then \
-	    echo "apt packages present"; \
-	else \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+apt:  ## Debian packages (podman, runc, debootstrap, psmisc)
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	    echo "installing $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	@touch $@
 
 venv: $(VENV)/.stamp  ## .venv with the pinned Python dependencies and this package
 $(VENV)/.stamp: requirements.lock pyproject.toml
