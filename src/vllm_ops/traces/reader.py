@@ -1,24 +1,31 @@
 """Streaming reader for torch.profiler / Kineto Chrome traces (``.json`` or ``.json.gz``).
 
-Memory does not grow with the number of GPU activities. Kineto writes the
-``gpu_user_annotation`` spans (the steps) *after* all kernels, so a kernel cannot be
-attributed to a step as it streams by; the reader therefore reads each file twice:
+Memory does not grow with the number of GPU activities, and each file is decompressed
+once. Kineto writes the ``gpu_user_annotation`` spans (the steps) *after* all kernels,
+so a kernel cannot be attributed to a step as it streams by; the reader therefore
+*spills* the activities to disk:
 
-1. *pass 1* keeps only the GPU annotation spans whose names the caller asks for, the
-   (capped) table of annotation names seen and the correlation ids of
-   ``cudaGraphLaunch`` calls;
-2. *pass 2* streams the GPU activities and adds each one, as it goes, into per-kind
-   (decode, prefill, ...) counters: total duration and call count per distinct
-   activity name, in tables sized by the number of distinct names. Only the calls whose
-   name the caller's ``keep_calls`` selects (the all-reduce kernels, for the cross-rank
-   skew correction) are kept one by one, and only those inside a step.
+1. the single streaming pass keeps the GPU annotation spans whose names the caller asks
+   for, the (capped) tables of annotation names seen and the correlation ids of
+   ``cudaGraphLaunch`` calls, and writes every GPU activity as one fixed-size record
+   (``ts``, ``dur``, activity name id, correlation id: 28 bytes, ``_SPILL``) through a
+   buffered writer to a file in a private temporary directory; the activity names are
+   interned (a table sized by the number of distinct names);
+2. then the spill file is read back in chunks of ``_SPILL_READ`` bytes, in file order,
+   and each activity is added into per-kind (decode, prefill, ...) counters by binary
+   search over the sorted union of the spans: total duration and call count per
+   distinct activity name. Only the calls whose name the caller's ``keep_calls`` selects
+   (the all-reduce kernels, for the cross-rank skew correction) are kept one by one, and
+   only those inside a step. The temporary directory is removed afterwards, on error too.
 
 What stays in memory per rank is thus: the interned activity names, the spans of the
 kinds asked for (one per step), the ``cudaGraphLaunch`` correlation ids (one per launch,
 and a set of those whose kernels were seen), the kept calls (one tuple per all-reduce
-call inside a step: they grow with the number of all-reduce calls, not of activities) and one decompressed chunk (4 MiB) plus the head and tail kept to find
-``distributedInfo``. Every CPU event, python stack frame and flow arrow is dropped as it
-streams by, and everything else in the document is skipped.
+call inside a step: they grow with the number of all-reduce calls, not of activities),
+one decompressed chunk (4 MiB) plus the head and tail kept to find
+``distributedInfo``, the spill writer's buffer and one read-back chunk. The spill file on
+disk grows with the activities (28 bytes each). Every CPU event, python stack frame and
+flow arrow is dropped as it streams by, and everything else in the document is skipped.
 
 Two parsers share one result type:
 
@@ -28,10 +35,8 @@ Two parsers share one result type:
   expression over large decompressed chunks, and checks, chunk by chunk, that the
   number of ``"cat": "kernel"``, ``"cat": "gpu_...`` and ``"name": "cudaGraphLaunch``
   occurrences equals what it parsed; on any disagreement the general parser reads the
-  file instead (both passes). Pass 1 looks only at the annotation and
-  ``cudaGraphLaunch`` events (found by plain byte search); pass 2 parses and checks
-  every chunk. It checks the document's outline (starts with ``{``, ends with ``}``)
-  but not the syntax of events it skips.
+  file instead (from the start, with a fresh spill). It checks the document's outline
+  (starts with ``{``, ends with ``}``) but not the syntax of events it skips.
 * the *general* path parses any valid JSON with ijson (yajl2_c backend) and validates
   the whole document.
 """
@@ -42,6 +47,8 @@ import gzip
 import json
 import os
 import re
+import struct
+import tempfile
 import zlib
 from bisect import bisect_right
 from collections import Counter
@@ -58,12 +65,17 @@ CHUNK = 4 << 20
 _HEAD_KEEP = 1 << 20
 _TAIL_KEEP = 1 << 20
 _MAX_DISTINCT_NAMES = 200
+# One spilled GPU activity: ts, dur (exact doubles), name id, correlation id (-1: none).
+_SPILL = struct.Struct("<ddIq")
+_SPILL_READ = _SPILL.size * 37449  # ~1 MiB read back at a time
+_SPILL_BUFFER = 1 << 20
 
 _FAST_START = re.compile(rb'"traceEvents"\s*:\s*\[\n  \{\n    "')
 _FAST_EVENT = re.compile(
     rb'\n    "ph": "X", "cat": "(kernel|gpu_memcpy|gpu_memset|gpu_user_annotation|user_annotation'
     rb'|cuda_runtime(?=", "name": "cudaGraphLaunch))", "name": "([^"\\]*(?:\\.[^"\\]*)*)", '
     rb'"pid": ([^,\n]*), "tid": [^,\n]*,\n    "ts": ([^,\n]*), "dur": ([^,\n]*),\n    "args": \{\n'
+    rb'(?:[^\n]*?"correlation": (\d+))?'  # torch writes the args on one line; else see _fast_correlation
 )
 _CORRELATION = re.compile(rb'"correlation": (\d+)')
 _DIGITS = re.compile(r"\d+")
@@ -94,7 +106,7 @@ class KindTotals:
     kept: list[tuple[float, float, int]] = field(default_factory=list)
 
     def close_spans(self) -> None:
-        """Sort the spans and build their union (after pass 1)."""
+        """Sort the spans and build their union (once the file is read)."""
         self.spans.sort()
         for s, d, _ in self.spans:
             if self.ends and s < self.ends[-1]:
@@ -232,7 +244,7 @@ class _Stream:
 
 def read_trace(path: str, span_patterns: Mapping[str, re.Pattern] | None = None,
                parser: str = "auto", keep_calls: Callable[[str, str], bool] | None = None) -> TraceData:
-    """Read one trace file (two passes, see the module's docstring).
+    """Read one trace file (one pass and a spill file, see the module's docstring).
 
     ``span_patterns`` maps a span kind (e.g. ``"decode"``) to a compiled regex; a
     ``gpu_user_annotation`` span is a span of every kind whose regex matches its name
@@ -246,20 +258,31 @@ def read_trace(path: str, span_patterns: Mapping[str, re.Pattern] | None = None,
         raise TraceInputError(f"unknown parser {parser!r} (auto, fast or general)")
     if parser != "general":
         try:
-            return _read(path, span_patterns, keep_calls, "fast", _fast_pass1, _fast_pass2)
+            return _read(path, span_patterns, keep_calls, "fast", _fast_scan)
         except _LayoutMismatch as exc:
             if parser == "fast":
                 raise TraceInputError(f"{path}: not in torch's exporter layout ({exc})") from None
-    return _read(path, span_patterns, keep_calls, "general", _general_pass1, _general_pass2)
+    return _read(path, span_patterns, keep_calls, "general", _general_scan)
 
 
-def _read(path, span_patterns, keep_calls, parser, pass1, pass2) -> TraceData:
+def _read(path, span_patterns, keep_calls, parser, scan) -> TraceData:
     b = _Builder(path, span_patterns, parser, keep_calls)
     with _Stream(path) as stream:
-        pass1(stream, b)
-    b.start_pass2()
-    with _Stream(path) as stream:
-        pass2(stream, b)
+        # _Stream turns its own OSErrors into TraceInputError: what is left is the spill's.
+        try:
+            with tempfile.TemporaryDirectory(prefix="vllm-trace-") as tmp:
+                spill_path = os.path.join(tmp, "activities.bin")
+                with open(spill_path, "wb", buffering=_SPILL_BUFFER) as spill:
+                    b.spill = spill
+                    scan(stream, b)
+                    b.spill = None
+                with open(spill_path, "rb") as spill:
+                    b.attribute(spill)
+        except OSError as exc:
+            raise TraceInputError(f"{path}: cannot spill GPU activities to a temporary file "
+                                  f"({tempfile.gettempdir()}): {exc.strerror or exc}") from None
+        except struct.error:
+            raise TraceInputError(f"{path}: a GPU activity's correlation id is beyond 64 bits") from None
         return b.finish(stream)
 
 
@@ -272,11 +295,9 @@ class _Builder:
         self.span_patterns = list(span_patterns.items())
         self.keep_calls = keep_calls
         self.keep: list[bool] = []  # by name id: keep_calls(name, cat)
-        self.live: list[tuple] = []  # the kinds with spans, as tuples for the hot loop
-        self.wanted: set[int] = set()  # cudaGraphLaunch correlation ids
+        self.spill = None  # the spill file's writer, while the file is scanned
         self._intern: dict = {}
 
-    # pass 1
     def gpu_span(self, name: str, ts: float, dur: float) -> None:
         d = self.data
         _count_capped(d.gpu_annotation_names, normalize_annotation(name))
@@ -284,13 +305,6 @@ class _Builder:
             if regex.search(name):
                 d.kinds[kind].spans.append((ts, dur, name))
 
-    def start_pass2(self) -> None:
-        for t in self.data.kinds.values():
-            t.close_spans()
-        self.live = [(t.starts, t.ends, t.total_us, t.calls, t.kept) for t in self.data.kinds.values() if t.spans]
-        self.wanted = set(self.data.graph_launch_corr)
-
-    # pass 2
     def name_id(self, key, cat: str, name: str, pid) -> int:
         """The id of a new activity name (the caller looked ``key`` up in ``_intern``)."""
         d = self.data
@@ -304,15 +318,32 @@ class _Builder:
             t.calls.append(0)
         return nid
 
-    def add(self, nid: int, ts: float, dur: float) -> None:
-        """Count one activity into the kinds whose spans hold its start."""
-        for starts, ends, total_us, calls, kept in self.live:
-            j = bisect_right(starts, ts) - 1
-            if j >= 0 and ts < ends[j]:
-                total_us[nid] += dur
-                calls[nid] += 1
-                if self.keep[nid]:
-                    kept.append((ts, dur, nid))
+    def attribute(self, spill) -> None:
+        """Add the spilled activities, in file order, into the kinds whose spans hold
+        their start; note the cudaGraphLaunch calls whose kernels were seen."""
+        d = self.data
+        for t in d.kinds.values():
+            t.close_spans()
+        live = [(t.starts, t.ends, t.total_us, t.calls, t.kept) for t in d.kinds.values() if t.spans]
+        wanted, seen = set(d.graph_launch_corr), d.graph_launches_seen
+        keep = self.keep
+        if not live and not wanted:
+            return
+        iter_unpack, read = _SPILL.iter_unpack, spill.read
+        while True:
+            buf = read(_SPILL_READ)
+            if not buf:
+                break
+            for ts, dur, nid, corr in iter_unpack(buf):
+                for starts, ends, total_us, calls, kept in live:
+                    j = bisect_right(starts, ts) - 1
+                    if j >= 0 and ts < ends[j]:
+                        total_us[nid] += dur
+                        calls[nid] += 1
+                        if keep[nid]:
+                            kept.append((ts, dur, nid))
+                if corr in wanted:
+                    seen.add(corr)
 
     def cpu_span(self, name: str) -> None:
         _count_capped(self.data.cpu_annotation_names, normalize_annotation(name))
@@ -378,52 +409,24 @@ def _fast_pieces(stream: _Stream):
         raise _LayoutMismatch("the document does not end with '}'")
 
 
-# The fast pass 1 finds its events by these needles, then parses each with _FAST_EVENT
-# from the start of its line; pass 2 checks that _FAST_EVENT saw every one of them.
-_PASS1_NEEDLES = (b'"cat": "gpu_user_annotation", ', b'"cat": "cuda_runtime", "name": "cudaGraphLaunch')
-_EVENT_LEAD = len(b'\n    "ph": "X", ')
-
-
-def _fast_pass1(stream: _Stream, b: _Builder) -> None:
-    d = b.data
-    corr_search = _CORRELATION.search
-    for piece in _fast_pieces(stream):
-        for needle in _PASS1_NEEDLES:
-            at = piece.find(needle)
-            while at >= 0:
-                m = _FAST_EVENT.match(piece, at - _EVENT_LEAD)
-                if m is None:
-                    raise _LayoutMismatch("an event of interest is laid out differently")
-                cat, name, _, ts, dur = m.groups()
-                end = m.end()
-                if cat == b"gpu_user_annotation":
-                    try:
-                        b.gpu_span(_decode_json_string(name), float(ts), float(dur))
-                    except ValueError:
-                        raise _LayoutMismatch("non-numeric ts/dur") from None
-                else:
-                    c = corr_search(piece, end, _args_end(piece, end))
-                    if c:
-                        d.graph_launch_corr.append(int(c.group(1)))
-                at = piece.find(needle, end)
-
-
-def _fast_pass2(stream: _Stream, b: _Builder) -> None:
+def _fast_scan(stream: _Stream, b: _Builder) -> None:
     for piece in _fast_pieces(stream):
         _fast_piece(piece, b)
 
 
 def _fast_piece(piece: bytes, b: _Builder) -> None:
-    """Parse the events of interest in one piece with a single regex pass, then check
-    that every occurrence of their categories in the piece was parsed (one layout per
-    file is assumed; the first event's layout was checked before)."""
+    """Parse the events of interest in one piece with a single regex pass, spill its GPU
+    activities, then check that every occurrence of their categories in the piece was
+    parsed (one layout per file is assumed; the first event's layout was checked before)."""
     d = b.data
-    intern, name_id, add = b._intern, b.name_id, b.add
-    wanted, seen = b.wanted, d.graph_launches_seen
-    corr_search = _CORRELATION.search
-    kernels = gpu = launches = activities = 0
+    intern, name_id = b._intern, b.name_id
+    pack = _SPILL.pack
+    records = []
+    record = records.append
+    launch = d.graph_launch_corr.append
+    kernels = gpu = launches = 0
     for m in _FAST_EVENT.finditer(piece):
-        cat, name, pid, ts, dur = m.groups()
+        cat, name, pid, ts, dur, corr = m.groups()
         try:
             tsf, durf = float(ts), float(dur)
         except ValueError:
@@ -436,23 +439,29 @@ def _fast_piece(piece: bytes, b: _Builder) -> None:
             nid = intern.get((cat, name))
             if nid is None:
                 nid = name_id((cat, name), cat.decode(), _decode_json_string(name), pid)
-            activities += 1
-            add(nid, tsf, durf)
-            if wanted:
-                end = m.end()
-                c = corr_search(piece, end, _args_end(piece, end))
-                if c and int(c.group(1)) in wanted:
-                    seen.add(int(c.group(1)))
+            record(pack(tsf, durf, nid, int(corr) if corr else _fast_correlation(piece, m.end())))
         elif cat == b"gpu_user_annotation":
-            gpu += 1  # read in pass 1
+            gpu += 1
+            b.gpu_span(_decode_json_string(name), tsf, durf)
         elif cat == b"user_annotation":
             b.cpu_span(_decode_json_string(name))
-        else:  # cudaGraphLaunch, read in pass 1
+        else:  # cudaGraphLaunch
             launches += 1
-    d.activities += activities
+            c = int(corr) if corr else _fast_correlation(piece, m.end())
+            if c >= 0:
+                launch(c)
     if (kernels != piece.count(b'"cat": "kernel"') or gpu != piece.count(b'"cat": "gpu_')
             or launches != piece.count(b'"name": "cudaGraphLaunch')):
         raise _LayoutMismatch("an event of interest is laid out differently")
+    d.activities += len(records)
+    b.spill.write(b"".join(records))
+
+
+def _fast_correlation(piece: bytes, start: int) -> int:
+    """The ``"correlation"`` in the args of the event whose args start at ``start``, or -1
+    (where _FAST_EVENT did not find it on the first line of the args)."""
+    m = _CORRELATION.search(piece, start, _args_end(piece, start))
+    return int(m.group(1)) if m else -1
 
 
 def _args_end(piece: bytes, start: int) -> int:
@@ -488,23 +497,9 @@ def _x_event(ev: dict):
     return name, float(ts), float(dur)
 
 
-def _general_pass1(stream: _Stream, b: _Builder) -> None:
-    for ev in _general_events(stream):
-        if not isinstance(ev, dict):
-            continue  # counted in pass 2
-        cat = ev.get("cat")
-        if cat == "gpu_user_annotation" and ev.get("ph") == "X":
-            x = _x_event(ev)
-            if x is not None:
-                b.gpu_span(*x)
-        elif cat == "cuda_runtime" and str(ev.get("name", "")).startswith("cudaGraphLaunch"):
-            corr = _correlation(ev)
-            if corr >= 0:
-                b.data.graph_launch_corr.append(corr)
-
-
-def _general_pass2(stream: _Stream, b: _Builder) -> None:
+def _general_scan(stream: _Stream, b: _Builder) -> None:
     d = b.data
+    pack, write = _SPILL.pack, b.spill.write
     for ev in _general_events(stream):
         if not isinstance(ev, dict):
             d.bad_events += 1
@@ -519,18 +514,20 @@ def _general_pass2(stream: _Stream, b: _Builder) -> None:
                 continue
             if cat == "user_annotation":
                 b.cpu_span(x[0])
-            elif cat != "gpu_user_annotation":  # spans were read in pass 1
+            elif cat == "gpu_user_annotation":
+                b.gpu_span(*x)
+            else:
                 name, ts, dur = x
                 key = (cat, name)
                 nid = b._intern.get(key)
                 if nid is None:
                     nid = b.name_id(key, cat, name, str(ev.get("pid")).encode())
                 d.activities += 1
-                b.add(nid, ts, dur)
-                if b.wanted:
-                    corr = _correlation(ev)
-                    if corr in b.wanted:
-                        d.graph_launches_seen.add(corr)
+                write(pack(ts, dur, nid, _correlation(ev)))
+        elif cat == "cuda_runtime" and str(ev.get("name", "")).startswith("cudaGraphLaunch"):
+            corr = _correlation(ev)
+            if corr >= 0:
+                d.graph_launch_corr.append(corr)
 
 
 def _is_num(v) -> bool:

@@ -3,14 +3,20 @@
 Not a timed test: it reads two synthetic traces with the same steps, the same
 all-reduce calls and the same kernel names, one with 10x the kernels of the other,
 and compares what the reader retains (tracemalloc, and the sizes of its tables).
+The activities go to a spill file on disk instead (28 bytes each), which is removed
+afterwards, also when the file turns out to be bad.
 """
 
+import gzip
+import os
+import tempfile
 import tracemalloc
 
 import pytest
 
 from vllm_ops.traces import reader
 from vllm_ops.traces.categories import Classifier
+from vllm_ops.traces.errors import TraceInputError
 from vllm_ops.traces.reader import read_trace
 from vllm_ops.traces.summary import allreduce_calls, summarize
 
@@ -52,13 +58,32 @@ def _measure(path, parser):
     return data, retained - before, peak - before
 
 
+@pytest.fixture
+def spill_dirs(tmp_path, monkeypatch):
+    """Temporary files go under a fresh folder; returns it and the spill sizes seen."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    sizes = []
+    attribute = reader._Builder.attribute
+
+    def spy(self, spill):
+        sizes.append(os.fstat(spill.fileno()).st_size)
+        return attribute(self, spill)
+
+    monkeypatch.setattr(reader._Builder, "attribute", spy)
+    return tmp, sizes
+
+
 @pytest.mark.parametrize("parser", ["fast", "general"])
-def test_retained_memory_does_not_grow_with_activity_count(write_trace, ev, monkeypatch, parser):
-    # Small chunks, head and tail, so that both files span many chunks and buffers
-    # are the same size for both.
+def test_retained_memory_does_not_grow_with_activity_count(write_trace, ev, monkeypatch, parser, spill_dirs):
+    # Small chunks, head and tail, spill buffer and read-back chunk, so that both files
+    # span many chunks and buffers are the same size for both.
     monkeypatch.setattr(reader, "CHUNK", 64 << 10)
     monkeypatch.setattr(reader, "_HEAD_KEEP", 64 << 10)
     monkeypatch.setattr(reader, "_TAIL_KEEP", 64 << 10)
+    monkeypatch.setattr(reader, "_SPILL_BUFFER", 16 << 10)
+    monkeypatch.setattr(reader, "_SPILL_READ", reader._SPILL.size * 512)
     small_path = write_trace("small.json", _events(ev, 250), gz=False)
     big_path = write_trace("big.json", _events(ev, 2500), gz=False)
     small, small_kept, small_peak = _measure(small_path, parser)
@@ -73,6 +98,32 @@ def test_retained_memory_does_not_grow_with_activity_count(write_trace, ev, monk
     # kernels retains 11 KB).
     assert abs(big_kept - small_kept) < 64 << 10, (small_kept, big_kept)
     assert abs(big_peak - small_peak) < 128 << 10, (small_peak, big_peak)
+    # The activities went to disk instead, one fixed-size record each, and the spill is gone.
+    tmp, sizes = spill_dirs
+    assert sizes == [STEPS * 251 * reader._SPILL.size, STEPS * 2501 * reader._SPILL.size]
+    assert os.listdir(tmp) == []
+
+
+def test_the_spill_is_removed_on_bad_input_and_on_fallback(write_trace, ev, tmp_path, monkeypatch, spill_dirs):
+    tmp, sizes = spill_dirs
+    good = write_trace("good_rank0.json.gz", _events(ev, 40))
+    raw = gzip.decompress(open(good, "rb").read())
+    cut = tmp_path / "cut_rank0.json.gz"
+    cut.write_bytes(gzip.compress(raw)[:-4000])
+    for parser in ("fast", "general"):
+        with pytest.raises(TraceInputError, match="cut_rank0.json.gz"):
+            read_trace(str(cut), PATTERNS, parser=parser)
+        assert os.listdir(tmp) == []
+    # A kernel laid out differently half-way through: the fast path gives up mid-file and
+    # the general parser reads it again with a fresh spill; neither is left behind.
+    monkeypatch.setattr(reader, "CHUNK", 4 << 10)
+    at = raw.index(b', "pid": ', raw.index(b'"cat": "kernel"', len(raw) // 2))
+    odd = tmp_path / "odd_rank0.json"
+    odd.write_bytes(raw[:at] + b',  "pid": ' + raw[at + len(b', "pid": '):])
+    data = read_trace(str(odd), PATTERNS)
+    assert data.parser == "general" and data.activities == STEPS * 41
+    assert sizes == [STEPS * 41 * reader._SPILL.size]
+    assert os.listdir(tmp) == []
 
 
 def test_the_measured_traces_are_summarized_correctly(write_trace, ev):

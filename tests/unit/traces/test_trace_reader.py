@@ -66,6 +66,26 @@ def test_graph_launch_whose_kernel_was_recorded(write_trace, ev):
         assert data.graph_launches_without_activity == 1
 
 
+def test_graph_launch_written_after_its_kernel(write_trace, ev):
+    # The activities are attributed once the whole file is read, so the order of a launch
+    # and its kernels in the file does not matter.
+    events = [ev.kernel("k", 3.0, 1.0, corr=5), ev.kernel("k", 5.0, 1.0), ev.span("decode_step", 0.0, 9.0),
+              ev.runtime("cudaGraphLaunch", 1.0, 1.0, corr=5), ev.runtime("cudaGraphLaunch", 4.0, 1.0, corr=6)]
+    path = write_trace("late.json.gz", events)
+    for parser in ("fast", "general"):
+        data = read_trace(path, PATTERNS, parser=parser)
+        assert data.graph_launch_corr == [5, 6] and data.graph_launches_seen == {5}
+        assert data.kinds["decode"].calls == [2]
+
+
+def test_correlation_id_beyond_64_bits_is_bad_input(write_trace, ev):
+    path = write_trace("huge.json.gz", [ev.kernel("k", 3.0, 1.0, corr=2**64), ev.span("decode_step", 0.0, 9.0)])
+    with pytest.raises(TraceInputError, match=r"huge.json.gz: a GPU activity's correlation id is beyond 64 bits"):
+        read_trace(path, PATTERNS, parser="fast")
+    with pytest.raises(TraceInputError, match=r"huge.json.gz: invalid JSON: .*integer overflow"):  # yajl's own limit
+        read_trace(path, PATTERNS, parser="general")
+
+
 def test_overlapping_spans_count_an_activity_once(write_trace, ev):
     events = [ev.kernel("k", 5.0, 1.0), ev.kernel("k", 12.0, 2.0), ev.kernel("k", 30.0, 4.0),
               ev.span("decode_step", 0.0, 10.0), ev.span("decode_step", 4.0, 10.0), ev.span("decode_step", 20.0, 1.0)]
