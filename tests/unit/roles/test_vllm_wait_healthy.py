@@ -1,0 +1,104 @@
+"""The vllm role's health-wait module: its verdicts on unit state, journal and HTTP."""
+
+from __future__ import annotations
+
+import http.server
+import importlib.util
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+MODULE = Path(__file__).resolve().parents[3] / "roles/vllm/library/vllm_wait_healthy.py"
+spec = importlib.util.spec_from_file_location("vllm_wait_healthy", MODULE)
+health = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(health)
+
+ACTIVE = {"ActiveState": "active", "SubState": "running", "InvocationID": "abc", "NRestarts": "0"}
+
+
+def test_parse_properties():
+    text = "ActiveState=active\nSubState=running\nInvocationID=abc\nExecMainStatus=0\n"
+    assert health.parse_properties(text) == {
+        "ActiveState": "active", "SubState": "running", "InvocationID": "abc", "ExecMainStatus": "0"}
+
+
+def test_an_active_unit_of_the_same_invocation_may_still_be_loading():
+    assert health.unit_problem(ACTIVE, "abc") is None
+
+
+@pytest.mark.parametrize(
+    ("state", "words"),
+    [
+        (dict(ACTIVE, InvocationID="def", NRestarts="1"), "was restarted during the wait"),
+        (dict(ACTIVE, ActiveState="failed", Result="exit-code", ExecMainStatus="1"), "failed (Result=exit-code, exit status 1)"),
+        (dict(ACTIVE, ActiveState="activating", SubState="auto-restart", ExecMainStatus="0"), "waiting to be restarted"),
+        (dict(ACTIVE, ActiveState="inactive", SubState="dead"), "is inactive"),
+    ],
+)
+def test_units_that_will_not_come_up_stop_the_wait(state, words):
+    assert words in health.unit_problem(state, "abc")
+
+
+def test_shard_progress_takes_the_last_line():
+    lines = [
+        "(Worker_TP0 pid=7) Loading safetensors checkpoint shards:   2% Completed | 1/64 [00:38<40:12, 38.3s/it]",
+        "INFO 11-30 02:00:00 [core.py:1] something else",
+        "(Worker_TP0 pid=7) Loading safetensors checkpoint shards:  38% Completed | 24/64 [15:10<25:20, 38.0s/it]",
+    ]
+    assert health.shard_progress(lines) == (24, 64, "24/64 shards loaded (37%)")
+
+
+def test_shard_progress_reads_carriage_return_updates():
+    line = "Loading safetensors checkpoint shards:  50% Completed | 32/64 [..]\rLoading safetensors checkpoint shards:  52% Completed | 33/64 [..]"
+    assert health.shard_progress([line])[:2] == (33, 64)
+
+
+def test_shard_progress_after_the_weights():
+    lines = [
+        "Loading safetensors checkpoint shards: 100% Completed | 64/64 [40:00<00:00, 37.5s/it]",
+        "INFO [default_loader.py:1] Loading weights took 2400.1 seconds",
+        "INFO [gpu_model_runner.py:1] Model loading took 71.3 GiB memory and 2410.2 seconds",
+    ]
+    assert health.shard_progress(lines) == (
+        64, 64, "64/64 shards loaded; weights loaded; initialising the engine (KV cache, warm-up)")
+
+
+def test_no_progress_yet():
+    assert health.shard_progress(["INFO starting"]) == (None, None, "no shard progress logged yet")
+
+
+@pytest.fixture
+def server():
+    """A loopback HTTP server whose /health status the test sets."""
+    state = {"status": 200}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(state["status"])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield state, f"http://127.0.0.1:{httpd.server_address[1]}/health"
+    httpd.shutdown()
+
+
+def test_probe_reports_the_status(server):
+    state, url = server
+    assert health.probe(url, 2) == 200
+    state["status"] = 503
+    assert health.probe(url, 2) == 503
+
+
+def test_probe_reports_a_refused_connection_as_minus_one():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert health.probe(f"http://127.0.0.1:{port}/health", 2) == -1
