@@ -117,7 +117,8 @@ def main(argv=None) -> int:
     print(f"full set: {len(full)} files, {size(full):.0f} MB gzip; small set: {len(small)} files, "
           f"{size(small):.0f} MB gzip; {os.cpu_count()} CPUs", file=sys.stderr)
     res = {"full": {}, "small": {}, "cpus": os.cpu_count(),
-           "full_gzip_mb": round(size(full)), "small_gzip_mb": round(size(small))}
+           "full_gzip_mb": round(size(full)), "small_gzip_mb": round(size(small)),
+           "loadavg_1m_start": round(os.getloadavg()[0], 2)}
     quoted = " ".join(f"'{f}'" for f in full)
     res["full"]["gzip -dc (serial)"] = measure("gzip -dc", ["sh", "-c", f"for f in {quoted}; do gzip -dc \"$f\"; done"])
     res["full"]["python zlib (parallel)"] = measure("zlib parallel", [str(VENV_PY), "-c", DECOMPRESS, *full])
@@ -135,6 +136,7 @@ def main(argv=None) -> int:
         if not BENCH_PY.exists():
             raise SystemExit(f"{BENCH_PY} missing: run bench/setup_venv.sh (or pass --skip-hta)")
         res["small"]["HTA load + get_gpu_kernel_breakdown"] = measure("HTA", [str(BENCH_PY), "-c", HTA, str(args.small)])
+    res["loadavg_1m_end"] = round(os.getloadavg()[0], 2)  # other jobs on the machine inflate wall time
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2))
     print(render(res))
@@ -143,7 +145,8 @@ def main(argv=None) -> int:
 
 def render(res: dict) -> str:
     lines = [f"Full set: {res['full_gzip_mb']} MB gzip; small set: {res['small_gzip_mb']} MB gzip; "
-             f"{res['cpus']} CPUs.", "",
+             f"{res['cpus']} CPUs; 1-minute load average {res.get('loadavg_1m_start', '?')} at the start, "
+             f"{res.get('loadavg_1m_end', '?')} at the end.", "",
              "| set | contender | wall s | CPU s | peak RSS, process tree (MB) |",
              "| --- | --- | ---: | ---: | ---: |"]
     for which in ("full", "one rank", "small"):
@@ -151,7 +154,9 @@ def render(res: dict) -> str:
             lines.append(f"| {which} | {label} | {r['wall_s']} | {r['cpu_s']} | {r['peak_rss_mb_tree']} |")
     f, s = res["full"], res["small"]
     lines += ["", "Ratios:", ""]
-    lines.append(f"- summarizer / gzip -dc, wall: {f['summarizer']['wall_s'] / f['gzip -dc (serial)']['wall_s']:.2f}x")
+    gz = f["gzip -dc (serial)"]
+    lines.append(f"- summarizer / gzip -dc, wall: {f['summarizer']['wall_s'] / gz['wall_s']:.2f}x, CPU: "
+                 f"{f['summarizer']['cpu_s'] / gz['cpu_s']:.2f}x")
     lines.append(f"- summarizer / parallel zlib decompression, wall: "
                  f"{f['summarizer']['wall_s'] / f['python zlib (parallel)']['wall_s']:.2f}x, CPU: "
                  f"{f['summarizer']['cpu_s'] / f['python zlib (parallel)']['cpu_s']:.2f}x")
