@@ -1,0 +1,97 @@
+"""``vllm-campaign-report``: the campaign's controller-side files (chart, history line, headline).
+
+The playbook runs it with ``ansible.builtin.command`` on the controller, since filters do no I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .chart import write_chart
+from .errors import CampaignInputError
+from .figures import check_summary, headline
+from .history import COLUMN_DOCS, append_history, history_row
+
+PROG = "vllm-campaign-report"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Controller-side files of a profiling campaign.",
+        epilog="Exit status: 0 on success, 2 on bad input or usage (one line on stderr).",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    c = sub.add_parser("chart", help="write the PNG bar chart of decode time per category and rank")
+    c.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary (vllm_trace_summary's dict) as JSON")
+    c.add_argument("out", metavar="OUT_PNG", help="where to write the PNG")
+    c.add_argument("--title", help="chart title (default: built from --host and --campaign-id)")
+    c.add_argument("--host", help="host named in the default title")
+    c.add_argument("--campaign-id", help="campaign id named in the default title")
+    h = sub.add_parser(
+        "history", help="append the campaign's line to a history CSV",
+        epilog="Columns: " + "; ".join(f"{k}: {v}" for k, v in COLUMN_DOCS.items()),
+    )
+    h.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary as JSON")
+    h.add_argument("meta", metavar="META_JSON", help="the report's campaign dict as JSON (id, host, report, ...)")
+    h.add_argument("csv", metavar="CSV_PATH", help="the history file, e.g. artifacts/HOST/history.csv")
+    hl = sub.add_parser("headline", help="print the one-line headline")
+    hl.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary as JSON")
+    hl.add_argument("--host", required=True, help="host named in the line")
+    hl.add_argument("--report", default=None, help="report path shown after '->'")
+    return p
+
+
+def _load_json(path: str, what: str) -> object:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CampaignInputError(f"{what} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise CampaignInputError(f"{what} {path}: not UTF-8 text") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CampaignInputError(f"{what} {path}: invalid JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def _summary(path: str) -> dict:
+    data = _load_json(path, "summary")
+    try:
+        return check_summary(data)
+    except CampaignInputError as exc:
+        raise CampaignInputError(f"summary {path}: {exc}") from None
+
+
+def run(args: argparse.Namespace) -> str:
+    """Do one command; return the line to print."""
+    summary = _summary(args.summary)
+    if args.command == "chart":
+        drawn = write_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id, title=args.title)
+        return f"wrote {drawn['path']} ({drawn['bars']} bars, {len(drawn['ranks'])} ranks)"
+    if args.command == "history":
+        meta = _load_json(args.meta, "metadata")
+        row = history_row(meta, summary)
+        created = append_history(args.csv, row)
+        return f"{'created' if created else 'appended to'} {args.csv}: campaign {row['campaign_id']}"
+    return headline(args.host, summary, args.report)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        line = run(args)
+    except CampaignInputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the output could not be written
+        print(f"{PROG}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

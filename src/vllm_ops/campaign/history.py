@@ -1,0 +1,151 @@
+"""One CSV line per campaign in ``artifacts/<host>/history.csv``, so campaigns compare.
+
+The columns are fixed (:data:`COLUMNS`, described in :data:`COLUMN_DOCS`). A file whose
+header differs is never appended to: the error says so, and the operator moves it aside.
+"""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import os
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import CampaignInputError
+from .figures import check_summary, decode_figures
+from .latency import iso_utc
+
+NCCL_VARS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MAX_NCHANNELS")
+
+COLUMN_DOCS: dict[str, str] = {
+    "campaign_id": "the campaign's id (campaign.id)",
+    "finished_at": "when the campaign finished, ISO 8601 UTC (YYYY-MM-DDTHH:MM:SSZ)",
+    "host": "the inventory host",
+    "model": "the served model",
+    "vllm_version": "vLLM's version on the host",
+    "tensor_parallel_size": "TP size the server ran with",
+    "nccl_algo": "NCCL_ALGO in the service environment (empty: unset, NCCL's default)",
+    "nccl_proto": "NCCL_PROTO in the service environment (empty: unset)",
+    "nccl_max_nchannels": "NCCL_MAX_NCHANNELS in the service environment (empty: unset)",
+    "requests": "profiled requests",
+    "concurrency": "requests in flight at once",
+    "prompt_tokens": "prompt length of each request, tokens",
+    "output_tokens": "output length of each request, tokens",
+    "ttft_ms_p50": "median time to first token, ms",
+    "tpot_ms_p50": "median time per output token, ms",
+    "cuda_ms_per_step": "decode CUDA ms per step, mean over ranks",
+    "allreduce_ms_per_step": "all-reduce ms per decode step, mean over ranks",
+    "allreduce_share": "allreduce_ms_per_step / cuda_ms_per_step (0..1)",
+    "allreduce_skew_corrected_ms": "all-reduce ms per step without waiting for other ranks",
+    "decode_steps": "decode steps in the traces (fewest over ranks)",
+    "warnings": "how many warnings the trace summary has",
+    "report": "path of the campaign's Markdown report",
+}
+COLUMNS: tuple[str, ...] = tuple(COLUMN_DOCS)
+
+
+def _mapping(meta: Mapping, key: str) -> Mapping:
+    value = meta.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise CampaignInputError(f"campaign.{key} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _required(meta: Mapping, key: str) -> str:
+    value = meta.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise CampaignInputError(f"campaign.{key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def history_row(meta: Mapping, summary: Mapping) -> dict:
+    """The history line of one campaign: ``meta`` is the report's ``campaign`` dict (``id``,
+    ``host``, ``finished_at``, ``model``, ``vllm_version``, ``tensor_parallel_size``,
+    ``environment``, ``load``, ``latency``, and ``report``, the report's path), ``summary`` the
+    trace summary. Keys are :data:`COLUMNS`; missing values are None. ``finished_at`` defaults
+    to now."""
+    if not isinstance(meta, Mapping):
+        raise CampaignInputError(f"expected the campaign metadata as a mapping, got {type(meta).__name__}")
+    check_summary(summary)
+    env, load, latency = _mapping(meta, "environment"), _mapping(meta, "load"), _mapping(meta, "latency")
+    finished = meta.get("finished_at")
+    fig = decode_figures(summary)
+    row = {
+        "campaign_id": _required(meta, "id"),
+        "finished_at": iso_utc(finished if finished is not None else datetime.now(timezone.utc),
+                               "campaign.finished_at"),
+        "host": _required(meta, "host"),
+        "model": meta.get("model"),
+        "vllm_version": meta.get("vllm_version"),
+        "tensor_parallel_size": meta.get("tensor_parallel_size"),
+        **{name.lower(): env.get(name) for name in NCCL_VARS},
+        **{k: load.get(k) for k in ("requests", "concurrency", "prompt_tokens", "output_tokens")},
+        "ttft_ms_p50": (_mapping(latency, "ttft_ms") or {}).get("p50"),
+        "tpot_ms_p50": (_mapping(latency, "tpot_ms") or {}).get("p50"),
+        "cuda_ms_per_step": fig["cuda_ms_per_step"],
+        "allreduce_ms_per_step": fig["allreduce_ms_per_step"],
+        "allreduce_share": fig["allreduce_share"],
+        "allreduce_skew_corrected_ms": fig["skew_corrected_ms"],
+        "decode_steps": fig["decode_steps"],
+        "warnings": len(summary.get("warnings") or []),
+        "report": meta.get("report"),
+    }
+    assert tuple(row) == COLUMNS
+    return row
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (Mapping, list, tuple)):
+        raise CampaignInputError(f"a history cell must be a scalar, got {type(value).__name__}: {value!r}")
+    return str(value)
+
+
+def append_history(path: str | os.PathLike, row: Mapping) -> bool:
+    """Append ``row`` to the CSV at ``path`` (parents created), writing the header first when the
+    file is new or empty. Returns True when the header was written. Refuses, with
+    :class:`CampaignInputError`, a file whose header is not :data:`COLUMNS` or a row with other keys.
+    Concurrent appenders are serialized with an exclusive lock on the file."""
+    if not isinstance(row, Mapping) or tuple(row) != COLUMNS:
+        got = list(row) if isinstance(row, Mapping) else type(row).__name__
+        raise CampaignInputError(f"a history row needs exactly the columns {list(COLUMNS)}, got {got}")
+    line = io.StringIO()
+    csv.writer(line, lineterminator="\n").writerow([_cell(row[c]) for c in COLUMNS])
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", newline="", encoding="utf-8") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        fh.seek(0)
+        first = fh.readline()
+        new = not first.strip()
+        if not new:
+            header = next(csv.reader([first]), [])
+            if tuple(header) != COLUMNS:
+                raise CampaignInputError(
+                    f"{path}: its header differs from this version's columns, so nothing was appended "
+                    f"(file: {','.join(header)}; expected: {','.join(COLUMNS)}); move the file aside "
+                    "and a new one is started"
+                )
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() and not _ends_with_newline(path):
+                fh.write("\n")
+        if new:
+            fh.seek(0)
+            fh.truncate()
+            csv.writer(fh, lineterminator="\n").writerow(COLUMNS)
+        fh.write(line.getvalue())
+    return new
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
