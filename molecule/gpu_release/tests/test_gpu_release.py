@@ -1,6 +1,6 @@
 """playbooks/release_gpus.yml and the restart path on a systemd host with simulated GPUs."""
 
-from conftest import UNIT, holders, wait_for
+from testlib import UNIT, holders, wait_for
 
 RELEASE = "Release the GPU device nodes held by the service"
 
