@@ -1,0 +1,38 @@
+"""Fixtures for the campaign suite (helpers: molecule/resources/testlib.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
+
+from testlib import UNIT, run_playbook  # noqa: E402
+
+FAULT_DIR = "/run/vllm-standin"
+LOCK = "/run/vllm-ops/campaign.lock"
+
+
+@pytest.fixture
+def campaign(tmp_path):
+    """Run profile.yml with artifacts under tmp_path; returns (play, artifacts dir)."""
+
+    def run(*args: str):
+        artifacts = tmp_path / "artifacts"
+        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}), *args)
+        return play, artifacts
+
+    return run
+
+
+@pytest.fixture(autouse=True)
+def healthy_after(host):
+    """Every test must leave the normal service active and healthy, with no fault left."""
+    yield
+    host.run(f"rm -f {FAULT_DIR}/* {LOCK}")
+    assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0
+    assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists

@@ -1,0 +1,132 @@
+"""profile.yml end to end, and the faults it must survive, on the sandbox."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+from conftest import FAULT_DIR, LOCK
+from testlib import ROOT, UNIT, holders, run_playbook, wait_for
+
+TRACE_DIR = "/var/lib/vllm/traces"
+DECODE = re.compile(r"^execute_context_0\(0\)_generation_\d+\(\d+\)$")
+
+
+def failure(play) -> str:
+    return play.result("Fail with the campaign's original error, now that the host is restored")["msg"]
+
+
+def allreduce_shares(trace_path) -> float:
+    """All-reduce share of decode CUDA time for one rank, computed plainly."""
+    with gzip.open(trace_path, "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("cat") == "gpu_user_annotation" and DECODE.match(e.get("name", ""))]
+    total = allreduce = 0.0
+    for event in events:
+        if event.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        if any(start <= event["ts"] < end for start, end in spans):
+            total += event["dur"]
+            if "AllReduce" in event["name"]:
+                allreduce += event["dur"]
+    return allreduce / total
+
+
+def campaign_files(host) -> list[str]:
+    return [n for n in host.run(f"ls {TRACE_DIR}").stdout.split() if n.startswith("vllm-ops-") or n.startswith("profiler_out")]
+
+
+def test_campaign_end_to_end(host, campaign):
+    play, artifacts = campaign()
+    assert play.rc == 0, play.output[-4000:]
+    (campaign_dir,) = [d for d in (artifacts / host.backend.hostname).iterdir() if d.is_dir()]
+    summary = json.loads((campaign_dir / "summary.json").read_text())
+    assert (campaign_dir / "report.md").exists()
+    traces = sorted(campaign_dir.glob("*.pt.trace.json.gz"))
+    assert [re.search(r"rank(\d+)\.", t.name).group(1) for t in traces] == ["0", "1"]
+    # The summary carries the numbers of the traces the server wrote.
+    for rank in summary["ranks"]:
+        trace = next(t for t in traces if f"rank{rank['rank']}." in t.name)
+        assert rank["categories"]["allreduce"]["share"] == pytest.approx(allreduce_shares(trace), abs=1e-3)
+    # Nothing left on the host, the lock released, the normal service's workers on the GPUs.
+    assert campaign_files(host) == []
+    assert not host.file(LOCK).exists
+    for device in ("/dev/nvidia0", "/dev/nvidia1"):
+        (pid,) = holders(host, device)
+        assert f"{UNIT}.service" in host.file(f"/proc/{pid}/cgroup").content_string
+        assert "--profiler-config" not in host.file(f"/proc/{host.check_output(f'systemctl show {UNIT} -p MainPID --value')}/cmdline").content_string
+    again = run_playbook("playbooks/restore.yml")
+    assert again.rc == 0 and again.changed == 0
+
+
+def test_a_second_campaign_is_refused_while_another_holds_the_lock(host, campaign):
+    invocation = host.check_output(f"systemctl show {UNIT} -p InvocationID --value")
+    boot = host.check_output("cat /proc/sys/kernel/random/boot_id")
+    lock = {"campaign_id": "20261130T010000Z", "started_at": "2026-11-30T01:00:00Z",
+            "expires_at": "2099-01-01T00:00:00Z", "expires_epoch": 4070908800, "boot_id": boot,
+            "owner": {"controller": "ops-laptop", "controller_pid": 4242, "user": "alice"}}
+    host.check_output(f"mkdir -p /run/vllm-ops && echo '{json.dumps(lock)}' > {LOCK}")
+    play, _ = campaign()
+    assert play.rc != 0
+    message = play.result("Take the host's campaign lock")["msg"]
+    assert "campaign 20261130T010000Z, started 2026-11-30T01:00:00Z from ops-laptop (PID 4242, user alice)" in message
+    assert host.check_output(f"systemctl show {UNIT} -p InvocationID --value") == invocation, "nothing may be stopped"
+    assert json.loads(host.file(LOCK).content_string)["campaign_id"] == "20261130T010000Z"
+
+
+def test_an_expired_lock_is_replaced(host, campaign):
+    lock = {"campaign_id": "20261129T010000Z", "started_at": "2026-11-29T01:00:00Z",
+            "expires_at": "2026-11-29T05:00:00Z", "expires_epoch": 1,
+            "owner": {"controller": "ops-laptop", "controller_pid": 4242, "user": "alice"}}
+    host.check_output(f"mkdir -p /run/vllm-ops && echo '{json.dumps(lock)}' > {LOCK}")
+    play, _ = campaign()
+    assert play.rc == 0, play.output[-4000:]
+    warnings = play.result("Take the host's campaign lock").get("warnings", [])
+    assert any("Replaced a stale campaign lock (it expired at 2026-11-29T05:00:00Z)" in w for w in warnings)
+
+
+def test_a_truncated_rank_fails_the_campaign_and_keeps_the_traces(host, campaign):
+    host.check_output(f"touch {FAULT_DIR}/truncate-trace-rank-1")
+    play, _ = campaign()
+    assert play.rc != 0
+    message = failure(play)
+    assert "the normal service is back and healthy" in message
+    assert "rank 1:" in message and "damaged" in message
+    kept = campaign_files(host)
+    assert any("rank0." in n for n in kept) and any("rank1." in n for n in kept), "nothing unfetched may be deleted"
+    host.run(f"rm -f {TRACE_DIR}/vllm-ops-* {TRACE_DIR}/profiler_out_*")
+
+
+def test_a_stop_profile_timeout_fails_the_campaign_clearly(host, campaign):
+    host.check_output(f"touch {FAULT_DIR}/stop-profile-hangs")
+    play, _ = campaign("-e", "vllm_campaign_stop_timeout_s=3")
+    assert play.rc != 0
+    assert "/stop_profile did not answer within 3" in failure(play)
+
+
+def test_a_campaign_killed_midway_is_rerun_to_completion(host, tmp_path):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    artifacts = tmp_path / "artifacts"
+    first = subprocess.Popen(
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(ROOT / "profile.yml"),
+         "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)})],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists,
+                 "the profiling variant to be installed", timeout_s=120)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert host.file(LOCK).exists, "the killed run leaves its lock behind"
+    play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}))
+    assert play.rc == 0, play.output[-4000:]
+    warnings = play.result("Take the host's campaign lock").get("warnings", [])
+    assert any("is gone" in w for w in warnings)
+    again = run_playbook("playbooks/restore.yml")
+    assert again.rc == 0 and again.changed == 0
