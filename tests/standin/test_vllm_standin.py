@@ -210,6 +210,13 @@ def test_engine_death_during_load_fails_startup_non_zero(server, sandbox):
     wait_for(lambda: list(sandbox.claims.iterdir()) == [], what="workers released GPUs")
 
 
+def test_a_once_fault_fires_one_time(server, sandbox):
+    sandbox.set_fault("engine-dies-during-load", "once")
+    server.start(tp=1, env={"VLLM_STANDIN_SHARDS": "20", "VLLM_STANDIN_LOAD_S": "2"})
+    assert server.wait_exit() == 1
+    assert not (sandbox.faults / "engine-dies-during-load").exists(), "a one-shot switch is removed when it fires"
+
+
 def test_missing_gpu_device_fails_like_vllm(server, sandbox):
     (sandbox.dev / "nvidia1").unlink()
     server.start(tp=2)

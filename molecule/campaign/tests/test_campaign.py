@@ -130,3 +130,15 @@ def test_a_campaign_killed_midway_is_rerun_to_completion(host, tmp_path):
     assert any("is gone" in w for w in warnings)
     again = run_playbook("playbooks/restore.yml")
     assert again.rc == 0 and again.changed == 0
+
+
+def test_an_engine_death_during_the_profiling_load_fails_fast_and_restores(host, campaign):
+    # "once": the profiling variant's load dies; the restore's load goes through. The server
+    # removes the switch when it fires, so it must own it (the directory is sticky).
+    host.check_output(f"echo once > {FAULT_DIR}/engine-dies-during-load && chown vllm {FAULT_DIR}/engine-dies-during-load")
+    play, _ = campaign()
+    assert play.rc != 0
+    message = failure(play)
+    assert "the normal service is back and healthy" in message
+    assert "Switch to the profiling variant" in message or "Wait for /health" in message
+    assert "Engine core initialization failed" in play.output

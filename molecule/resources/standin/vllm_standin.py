@@ -96,6 +96,19 @@ def fault(name):
         return None
 
 
+def consume_if_once(name):
+    """A switch whose content is ``once`` fires one time: remove it when it fires.
+
+    Lets a test fail one start (the profiling variant's) and not the next
+    (the restore's). The fault dir must be writable by the server's user.
+    """
+    if fault(name) == "once":
+        try:
+            os.unlink(os.path.join(fault_dir(), name))
+        except OSError:
+            pass
+
+
 def fault_names_rank(name, rank):
     """A switch whose content lists ranks (empty: all) applies to ``rank``."""
     content = fault(name)
@@ -729,6 +742,7 @@ class Engine:
             # Part-way through the shard progress, as a real load failure would.
             if time.monotonic() - t0 >= 0.4 * cfg["load_s"] * 0.85 \
                     and fault("engine-dies-during-load") is not None:
+                consume_if_once("engine-dies-during-load")
                 self.die("gpu_model_runner.py:2890",
                          "CUDA error: an illegal memory access was encountered "
                          "(stand-in fault engine-dies-during-load)", during_load=True)
