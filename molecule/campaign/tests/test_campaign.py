@@ -17,8 +17,13 @@ TRACE_DIR = "/var/lib/vllm/traces"
 DECODE = re.compile(r"^execute_context_0\(0\)_generation_\d+\(\d+\)$")
 
 
-def failure(play) -> str:
-    return play.result("Fail with the campaign's original error, now that the host is restored")["msg"]
+def failed_campaign(campaign, *args):
+    """Run a campaign that must fail after restoring the host; return (play, its message)."""
+    play, _ = campaign(*args)
+    assert play.rc != 0
+    message = play.result("Fail with the campaign's original error, now that the host is restored")["msg"]
+    assert "the normal service is back and healthy" in message
+    return play, message
 
 
 def allreduce_shares(trace_path) -> float:
@@ -93,10 +98,7 @@ def test_an_expired_lock_is_replaced(host, campaign):
 
 def test_a_truncated_rank_fails_the_campaign_and_keeps_the_traces(host, campaign):
     host.check_output(f"touch {FAULT_DIR}/truncate-trace-rank-1")
-    play, _ = campaign()
-    assert play.rc != 0
-    message = failure(play)
-    assert "the normal service is back and healthy" in message
+    _, message = failed_campaign(campaign)
     assert "rank 1:" in message and "damaged" in message
     kept = campaign_files(host)
     assert any("rank0." in n for n in kept) and any("rank1." in n for n in kept), "nothing unfetched may be deleted"
@@ -105,9 +107,8 @@ def test_a_truncated_rank_fails_the_campaign_and_keeps_the_traces(host, campaign
 
 def test_a_stop_profile_timeout_fails_the_campaign_clearly(host, campaign):
     host.check_output(f"touch {FAULT_DIR}/stop-profile-hangs")
-    play, _ = campaign("-e", "vllm_campaign_stop_timeout_s=3")
-    assert play.rc != 0
-    assert "/stop_profile did not answer within 3" in failure(play)
+    _, message = failed_campaign(campaign, "-e", "vllm_campaign_stop_timeout_s=3")
+    assert "/stop_profile did not answer within 3" in message
 
 
 def test_a_campaign_killed_midway_is_rerun_to_completion(host, tmp_path):
@@ -136,9 +137,6 @@ def test_an_engine_death_during_the_profiling_load_fails_fast_and_restores(host,
     # "once": the profiling variant's load dies; the restore's load goes through. The server
     # removes the switch when it fires, so it must own it (the directory is sticky).
     host.check_output(f"echo once > {FAULT_DIR}/engine-dies-during-load && chown vllm {FAULT_DIR}/engine-dies-during-load")
-    play, _ = campaign()
-    assert play.rc != 0
-    message = failure(play)
-    assert "the normal service is back and healthy" in message
+    play, message = failed_campaign(campaign)
     assert "Switch to the profiling variant" in message or "Wait for /health" in message
     assert "Engine core initialization failed" in play.output
