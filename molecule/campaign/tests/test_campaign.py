@@ -52,13 +52,18 @@ def test_campaign_end_to_end(host, campaign):
     assert play.rc == 0, play.output[-4000:]
     (campaign_dir,) = [d for d in (artifacts / host.backend.hostname).iterdir() if d.is_dir()]
     summary = json.loads((campaign_dir / "summary.json").read_text())
-    assert (campaign_dir / "report.md").exists()
+    report = (campaign_dir / "report.md").read_text()
+    assert (campaign_dir / "decode.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    history = (artifacts / host.backend.hostname / "history.csv").read_text().splitlines()
+    assert len(history) == 2 and campaign_dir.name in history[1]
     traces = sorted(campaign_dir.glob("*.pt.trace.json.gz"))
     assert [re.search(r"rank(\d+)\.", t.name).group(1) for t in traces] == ["0", "1"]
     # The summary carries the numbers of the traces the server wrote.
     for rank in summary["ranks"]:
         trace = next(t for t in traces if f"rank{rank['rank']}." in t.name)
-        assert rank["categories"]["allreduce"]["share"] == pytest.approx(allreduce_shares(trace), abs=1e-3)
+        share = allreduce_shares(trace)
+        assert rank["categories"]["allreduce"]["share"] == pytest.approx(share, abs=1e-3)
+        assert f"{100 * share:.1f}%" in report
     # Nothing left on the host, the lock released, the normal service's workers on the GPUs.
     assert campaign_files(host) == []
     assert not host.file(LOCK).exists
