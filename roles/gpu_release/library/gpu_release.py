@@ -19,9 +19,10 @@ description:
   - Holders that do not belong to the service are never signalled unless O(force_foreign) is
     true; the module releases what it owns and then fails, naming each such PID, its command,
     its user and the device it holds.
-  - Finally it queries C(nvidia-smi) until every GPU of the listed devices is at or under
-    O(memory_threshold_mib), for at most O(settle_timeout_s), and fails with the per-GPU
-    figures if not. Without C(nvidia-smi) it warns and relies on C(fuser) alone.
+  - Finally it queries C(nvidia-smi), for at most O(settle_timeout_s), until no released PID is
+    listed as a compute app and every GPU of the listed devices that no foreign holder occupies
+    is at or under O(memory_threshold_mib), and fails with the per-GPU figures if not. Without
+    C(nvidia-smi) it warns and relies on C(fuser) alone.
   - Never signals itself, its ancestors or PID 1, and never accepts the shared control nodes
     (C(/dev/nvidiactl), C(/dev/nvidia-uvm*), C(/dev/nvidia-modeset)).
   - Needs root to see and signal other users' processes. Uses C(fuser) from psmisc; on a
