@@ -88,7 +88,7 @@ integration: setup  ## pytest against sandbox containers
 
 molecule: setup  ## Every Molecule scenario
 	@for s in $$(ls molecule | grep -v resources); do \
-	    (cd . && $(BIN)/molecule test -s $$s) || exit 1; \
+	    $(BIN)/molecule test -s $$s || exit 1; \
 	done
 
 test: setup lint unit molecule integration  ## Everything CI runs
