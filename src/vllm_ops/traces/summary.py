@@ -7,8 +7,10 @@ Semantics (issue 3):
   belongs to a step when its start lies inside the span (``start <= ts < end``) on
   the same rank. The *CUDA time* of a step is the sum of its activities' durations
   (overlapping streams are summed, not merged).
-* The default decode pattern matches vLLM's pure decode steps; when no rank has
-  any, spans named ``ProfilerStep#N`` are used instead (and a warning says so).
+* The default decode pattern matches vLLM's pure decode steps (no prefill, at least
+  one generation request; an empty ``execute_context_0(0)_generation_0(0)`` step is
+  not one); when no rank has any, spans named ``ProfilerStep#N`` are used instead (and
+  a warning says so).
 * All-reduce skew: the k-th all-reduce call (in start order, inside decode steps)
   of every rank is one collective. Its transfer time is the *minimum* duration
   over ranks, since the last rank to arrive waits least; what a rank spends above
@@ -27,7 +29,7 @@ from .categories import ALLREDUCE, Classifier, Rule, parse_rules
 from .errors import TraceInputError
 from .reader import KindTotals, TraceData, find_trace_files, rank_from_filename, read_trace
 
-DEFAULT_DECODE_PATTERN = r"^execute_(?:\d+_)?context_0\([\d_]*\)_generation_\d+\([\d_]*\)$"
+DEFAULT_DECODE_PATTERN = r"^execute_(?:\d+_)?context_0\([\d_]*\)_generation_[1-9]\d*\([\d_]*\)$"
 FALLBACK_DECODE_PATTERN = r"^ProfilerStep#\d+$"
 DEFAULT_PREFILL_PATTERN = r"^execute_(?:\d+_)?context_[1-9]\d*\([\d_]*\)_generation_\d+\([\d_]*\)$"
 NCCL_ALLREDUCE_PATTERN = r"nccl(?:Dev)?Kernel_AllReduce"

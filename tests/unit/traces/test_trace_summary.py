@@ -63,6 +63,7 @@ def test_activity_belongs_to_a_step_by_its_start(write_trace, ev, tmp_path):
     ("execute_context_1(888_788544)_generation_0(0)", 0, 1),
     ("execute_context_2(4096)_generation_30(30)", 0, 1),
     ("execute_context_10(10)_generation_0(0)", 0, 1),
+    ("execute_context_0(0)_generation_0(0)", 0, 0),  # an empty step: nothing scheduled
     ("execute_model", 0, 0),
 ])
 def test_default_patterns(write_trace, ev, name, decode, prefill):
