@@ -1,4 +1,10 @@
-"""``vllm-trace-summary``: where decode time goes, from torch.profiler traces of vLLM."""
+"""``vllm-trace-summary``: where decode time goes, from torch.profiler traces of vLLM.
+
+A trace without GPU kernel events (vLLM's CPU backend) is valid input: the command exits 0,
+its GPU figures are null in the JSON and absent from the Markdown, and one line per such
+rank on stderr says that its GPU time was not measured, whatever the output format, so the
+note shows even when stdout goes to a file or to ``jq``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,13 @@ import sys
 from .categories import DEFAULT_RULES
 from .errors import TraceInputError
 from .render import to_markdown
-from .summary import DEFAULT_DECODE_PATTERN, DEFAULT_PREFILL_PATTERN, FALLBACK_DECODE_PATTERN, summarize
+from .summary import (
+    DEFAULT_DECODE_PATTERN,
+    DEFAULT_PREFILL_PATTERN,
+    FALLBACK_DECODE_PATTERN,
+    NOT_MEASURED,
+    summarize,
+)
 
 PROG = "vllm-trace-summary"
 
@@ -19,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Summarize torch.profiler traces (one file per rank) of a vLLM run: CUDA time per decode "
                     "step by kernel category, and all-reduce time corrected for rank skew.",
-        epilog="Exit status: 0 on success (warnings included in the output), 2 on bad input or usage.",
+        epilog="Exit status: 0 on success (warnings included in the output), also for traces without GPU kernel "
+               "events (a CPU-only run), whose GPU figures are null and which stderr names, one line per rank; "
+               "2 on bad input or usage.",
     )
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="trace files (*.pt.trace.json.gz, *.json, *.json.gz) or directories holding them")
@@ -67,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    for rank in summary["ranks"]:
+        if rank.get("gpu_time_measured") is False:
+            print(f"{PROG}: warning: rank {rank['rank']}: {NOT_MEASURED}", file=sys.stderr)
     text = to_markdown(summary) if args.format == "markdown" else json.dumps(summary, indent=2) + "\n"
     try:
         sys.stdout.write(text)

@@ -6,7 +6,9 @@ so a kernel cannot be attributed to a step as it streams by; the reader therefor
 *spills* the activities to disk:
 
 1. the single streaming pass keeps the GPU annotation spans whose names the caller asks
-   for, the (capped) tables of annotation names seen and the correlation ids of
+   for, the CPU annotation spans (``user_annotation``) of the same names, which count
+   steps on a rank without GPU kernels (vLLM's CPU backend records nothing else), the
+   (capped) tables of annotation names seen and the correlation ids of
    ``cudaGraphLaunch`` calls, and writes every GPU activity as one fixed-size record
    (``ts``, ``dur``, activity name id, correlation id: 28 bytes, ``_SPILL``) through a
    buffered writer to a file in a private temporary directory; the activity names are
@@ -19,7 +21,7 @@ so a kernel cannot be attributed to a step as it streams by; the reader therefor
    only those inside a step. The temporary directory is removed afterwards, on error too.
 
 What stays in memory per rank is thus: the interned activity names, the spans of the
-kinds asked for (one per step), the ``cudaGraphLaunch`` correlation ids (one per launch,
+kinds asked for (one per step, GPU and CPU), the ``cudaGraphLaunch`` correlation ids (one per launch,
 and a set of those whose kernels were seen), the kept calls (one tuple per all-reduce
 call inside a step: they grow with the number of all-reduce calls, not of activities),
 one decompressed chunk (4 MiB) plus the head and tail kept to find
@@ -129,9 +131,13 @@ class TraceData:
     devices: dict[int, str] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
     name_cats: list[str] = field(default_factory=list)
-    activities: int = 0
+    activities: int = 0  # GPU activities: kernels, memory copies and sets
+    kernels: int = 0  # of which kernels (``cat: kernel``); none in a CPU-only trace
     activity_pids: Counter = field(default_factory=Counter)  # device pid -> distinct activity names
     kinds: dict[str, KindTotals] = field(default_factory=dict)
+    # CPU annotation (user_annotation) spans per kind, as (ts, dur, name) in file order:
+    # the steps of a rank whose trace has no GPU annotations (a CPU-only run).
+    cpu_spans: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
     gpu_annotation_names: Counter = field(default_factory=Counter)
     cpu_annotation_names: Counter = field(default_factory=Counter)
     graph_launch_corr: list[int] = field(default_factory=list)
@@ -291,7 +297,8 @@ class _Builder:
 
     def __init__(self, path: str, span_patterns: Mapping[str, re.Pattern], parser: str,
                  keep_calls: Callable[[str, str], bool] | None):
-        self.data = TraceData(path=path, parser=parser, kinds={k: KindTotals() for k in span_patterns})
+        self.data = TraceData(path=path, parser=parser, kinds={k: KindTotals() for k in span_patterns},
+                              cpu_spans={k: [] for k in span_patterns})
         self.span_patterns = list(span_patterns.items())
         self.keep_calls = keep_calls
         self.keep: list[bool] = []  # by name id: keep_calls(name, cat)
@@ -345,8 +352,12 @@ class _Builder:
                 if corr in wanted:
                     seen.add(corr)
 
-    def cpu_span(self, name: str) -> None:
-        _count_capped(self.data.cpu_annotation_names, normalize_annotation(name))
+    def cpu_span(self, name: str, ts: float, dur: float) -> None:
+        d = self.data
+        _count_capped(d.cpu_annotation_names, normalize_annotation(name))
+        for kind, regex in self.span_patterns:
+            if regex.search(name):
+                d.cpu_spans[kind].append((ts, dur, name))
 
     def finish(self, stream: _Stream) -> TraceData:
         d = self.data
@@ -444,7 +455,7 @@ def _fast_piece(piece: bytes, b: _Builder) -> None:
             gpu += 1
             b.gpu_span(_decode_json_string(name), tsf, durf)
         elif cat == b"user_annotation":
-            b.cpu_span(_decode_json_string(name))
+            b.cpu_span(_decode_json_string(name), tsf, durf)
         else:  # cudaGraphLaunch
             launches += 1
             c = int(corr) if corr else _fast_correlation(piece, m.end())
@@ -454,6 +465,7 @@ def _fast_piece(piece: bytes, b: _Builder) -> None:
             or launches != piece.count(b'"name": "cudaGraphLaunch')):
         raise _LayoutMismatch("an event of interest is laid out differently")
     d.activities += len(records)
+    d.kernels += kernels
     b.spill.write(b"".join(records))
 
 
@@ -513,7 +525,7 @@ def _general_scan(stream: _Stream, b: _Builder) -> None:
                 d.bad_events += 1
                 continue
             if cat == "user_annotation":
-                b.cpu_span(x[0])
+                b.cpu_span(*x)
             elif cat == "gpu_user_annotation":
                 b.gpu_span(*x)
             else:
@@ -523,6 +535,8 @@ def _general_scan(stream: _Stream, b: _Builder) -> None:
                 if nid is None:
                     nid = b.name_id(key, cat, name, str(ev.get("pid")).encode())
                 d.activities += 1
+                if cat == "kernel":
+                    d.kernels += 1
                 write(pack(ts, dur, nid, _correlation(ev)))
         elif cat == "cuda_runtime" and str(ev.get("name", "")).startswith("cudaGraphLaunch"):
             corr = _correlation(ev)

@@ -11,6 +11,13 @@ Semantics (issue 3):
   one generation request; an empty ``execute_context_0(0)_generation_0(0)`` step is
   not one); when no rank has any, spans named ``ProfilerStep#N`` are used instead (and
   a warning says so).
+* GPU time is *measured* on a rank only when its trace holds GPU kernel events
+  (``gpu_kernels`` > 0, ``gpu_time_measured``). A trace without any (vLLM's CPU
+  backend, or a profile taken without CUDA activities) has nothing to measure: its
+  CUDA time, category and all-reduce figures are null, never zero, it is left out of
+  every group-wide figure, and a warning says so. Its steps are still counted, from
+  the CPU annotations (``user_annotation`` spans of the same names, ``steps_from``),
+  and ``step_wall_ms_per_step`` is then their CPU wall time.
 * All-reduce skew: the k-th all-reduce call (in start order, inside decode steps)
   of every rank is one collective. Its transfer time is the *minimum* duration
   over ranks, since the last rank to arrive waits least; what a rank spends above
@@ -35,6 +42,9 @@ DEFAULT_PREFILL_PATTERN = r"^execute_(?:\d+_)?context_[1-9]\d*\([\d_]*\)_generat
 NCCL_ALLREDUCE_PATTERN = r"nccl(?:Dev)?Kernel_AllReduce"
 
 _DECODE, _FALLBACK, _PREFILL = "decode", "fallback", "prefill"
+# Said of a rank whose trace holds no GPU kernel events; the CLI, the Markdown and the
+# campaign report use the same words.
+NOT_MEASURED = "no GPU kernel events in the trace (CPU-only run?): GPU time and all-reduce share not measured"
 
 
 def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
@@ -136,6 +146,7 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
         "world_size": data.world_size,
         "device": _device_name(data),
         "activities": data.activities,
+        "gpu_kernels": data.kernels,
         "bad_events": data.bad_events,
         "gpu_annotation_names": data.gpu_annotation_names.most_common(8),
         "cpu_annotation_names": data.cpu_annotation_names.most_common(8),
@@ -144,9 +155,13 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
         "kinds": {},
     }
     for kind, totals in data.kinds.items():
-        if kind == _FALLBACK and data.kinds.get(_DECODE) and data.kinds[_DECODE].spans:
-            continue  # the fallback only matters where nothing else matched
-        out["kinds"][kind] = _kind_stats(data, totals, cats, is_nccl, classifier, top)
+        cpu_spans = data.cpu_spans.get(kind) or []
+        if not data.kernels and not totals.spans and cpu_spans:
+            out["kinds"][kind] = _cpu_kind_stats(cpu_spans)
+        else:
+            out["kinds"][kind] = _kind_stats(data, totals, cats, is_nccl, classifier, top)
+    if out["kinds"].get(_DECODE, {}).get("steps"):
+        out["kinds"].pop(_FALLBACK, None)  # the fallback only matters where nothing else matched
     return out
 
 
@@ -179,6 +194,7 @@ def _kind_stats(data: TraceData, totals: KindTotals, cats: list, is_nccl: list,
     ranked = sorted((i for i in range(n_names) if cnt[i]), key=lambda i: (-tot[i], data.names[i]))[:top]
     return {
         "steps": steps,
+        "steps_from": "gpu_user_annotation" if steps else None,
         "overlapping_spans": totals.overlaps,
         "wall_us": sum(d for _, d, _ in spans),
         "cuda_us": cuda_us,
@@ -189,6 +205,27 @@ def _kind_stats(data: TraceData, totals: KindTotals, cats: list, is_nccl: list,
         "allreduce_nccl_us": sum(d for _, d, nid in ar_calls if is_nccl[nid]),
         "allreduce_durations": [d for _, d, _ in ar_calls],
         "allreduce_names": [data.names[nid] for _, _, nid in ar_calls],
+    }
+
+
+def _cpu_kind_stats(spans: list[tuple[float, float, str]]) -> dict:
+    """The steps of a rank without GPU kernels, from its CPU annotations: they are counted
+    and timed (CPU wall time), but there is no GPU time in them to add up (None, not 0)."""
+    totals = KindTotals(spans=list(spans))
+    totals.close_spans()
+    return {
+        "steps": len(spans),
+        "steps_from": "user_annotation",
+        "overlapping_spans": totals.overlaps,
+        "wall_us": sum(d for _, d, _ in spans),
+        "cuda_us": None,
+        "activities_in_steps": 0,
+        "category_us": {},
+        "top": [],
+        "allreduce_us": None,
+        "allreduce_nccl_us": None,
+        "allreduce_durations": [],
+        "allreduce_names": [],
     }
 
 
@@ -219,7 +256,7 @@ def _combine(ranks: list[dict], patterns: dict, user_decode: bool, warnings: lis
             )
 
     for r in ranks:
-        _cpu_only_warning(r, warnings)
+        _not_measured_warning(r, decode_kind, warnings)
         _graph_warning(r, warnings)
         if r["bad_events"]:
             warnings.append(f"rank {r['rank']} ({_base(r)}): {r['bad_events']} events lacked a name, ts or dur "
@@ -227,6 +264,16 @@ def _combine(ranks: list[dict], patterns: dict, user_decode: bool, warnings: lis
     decode_entries = [_rank_entry(r, decode_kind, "decode_steps") for r in ranks]
     _step_warnings(ranks, decode_kind, decode_used, "decode", warnings)
     allreduce = _allreduce(ranks, decode_kind, warnings)
+    unmeasured = [r["rank"] for r in ranks if not _measured(r)]
+    if unmeasured and len(unmeasured) < len(ranks):
+        measured = sorted(r["rank"] for r in ranks if _measured(r))
+        one = len(unmeasured) == 1
+        warnings.append(
+            f"{len(unmeasured)} of the {len(ranks)} ranks ({_ranks_text(unmeasured)}) {'has' if one else 'have'} "
+            f"no GPU kernel events in "
+            f"{'its trace' if one else 'their traces'}: GPU time and all-reduce share not measured there, so the "
+            f"group-wide figures (all-reduce means, skew correction) cover only {_ranks_text(measured)}."
+        )
     prefill = [_rank_entry(r, _PREFILL, "prefill_steps") for r in ranks if r["kinds"][_PREFILL]["steps"]]
     for r in ranks:
         st = r["kinds"][_PREFILL]
@@ -237,6 +284,8 @@ def _combine(ranks: list[dict], patterns: dict, user_decode: bool, warnings: lis
         "decode_pattern": decode_used,
         "prefill_pattern": patterns[_PREFILL].pattern,
         "world_size": world,
+        "gpu_time_measured": len(unmeasured) < len(ranks),
+        "ranks_without_gpu_kernels": unmeasured,
         "ranks": decode_entries,
         "allreduce": allreduce,
         "prefill": prefill,
@@ -271,7 +320,7 @@ def _assign_ranks(ranks: list[dict], warnings: list[str]) -> None:
 def _rank_entry(r: dict, kind: str, steps_key: str) -> dict:
     st = r["kinds"][kind]
     steps = st["steps"]
-    has_time = steps > 0 and r["activities"] > 0
+    has_time = steps > 0 and _measured(r)
     cuda_us = st["cuda_us"]
 
     def per_step(us: float) -> float | None:
@@ -285,7 +334,10 @@ def _rank_entry(r: dict, kind: str, steps_key: str) -> dict:
         "rank": r["rank"],
         "file": r["file"],
         "device": r["device"],
+        "gpu_kernels": r["gpu_kernels"],
+        "gpu_time_measured": _measured(r),
         steps_key: steps,
+        "steps_from": st["steps_from"],
         "cuda_ms_per_step": per_step(cuda_us),
         "step_wall_ms_per_step": _ms(st["wall_us"] / steps) if steps else None,
         "categories": {
@@ -303,7 +355,7 @@ def _rank_entry(r: dict, kind: str, steps_key: str) -> dict:
 
 
 def _allreduce(ranks: list[dict], kind: str, warnings: list[str]) -> dict:
-    live = [r for r in ranks if r["kinds"][kind]["steps"] and r["activities"]]
+    live = [r for r in ranks if r["kinds"][kind]["steps"] and _measured(r)]
     empty = {
         "share_mean": None, "ms_per_step_mean": None, "ms_per_step_skew_corrected": None,
         "wait_ms_per_step_by_rank": {}, "calls_matched": 0,
@@ -355,8 +407,8 @@ def _allreduce(ranks: list[dict], kind: str, warnings: list[str]) -> dict:
         "calls_matched": matched,
     })
     if len(live) == 1:
-        warnings.append("only one rank has decode steps: the skew correction needs every rank of the group, "
-                        "so ms_per_step_skew_corrected is just that rank's own all-reduce time.")
+        warnings.append("only one rank has decode steps with GPU kernels: the skew correction needs every rank "
+                        "of the group, so ms_per_step_skew_corrected is just that rank's own all-reduce time.")
     return out
 
 
@@ -364,7 +416,10 @@ def _step_warnings(ranks: list[dict], kind: str, pattern: str, label: str, warni
     for r in ranks:
         st = r["kinds"][kind]
         where = f"rank {r['rank']} ({_base(r)})"
-        if not st["steps"]:
+        if not st["steps"] and not _measured(r) and not r["gpu_annotation_names"]:
+            seen = ", ".join(f"{n} x{c}" for n, c in r["cpu_annotation_names"]) or "none at all"
+            warnings.append(f"{where}: no {label} steps match '{pattern}'; CPU annotation names seen: {seen}.")
+        elif not st["steps"]:
             seen = ", ".join(f"{n} x{c}" for n, c in r["gpu_annotation_names"]) or "none at all"
             msg = f"{where}: no {label} steps match '{pattern}'; GPU annotation names seen: {seen}."
             if not r["gpu_annotation_names"] and r["cpu_annotation_names"]:
@@ -372,7 +427,7 @@ def _step_warnings(ranks: list[dict], kind: str, pattern: str, label: str, warni
                 msg += (f" CPU annotations exist ({cpu}) but have no GPU projection "
                         "(gpu_user_annotation), so kernels cannot be attributed to steps.")
             warnings.append(msg)
-        elif r["activities"] and not st["activities_in_steps"]:
+        elif _measured(r) and not st["activities_in_steps"]:
             warnings.append(f"{where}: {st['steps']} {label} steps found but no GPU activity starts inside them.")
         if st["overlapping_spans"]:
             warnings.append(f"{where}: {st['overlapping_spans']} {label} spans overlap the one before; "
@@ -383,10 +438,21 @@ def _step_warnings(ranks: list[dict], kind: str, pattern: str, label: str, warni
                         "per-step figures are per rank.")
 
 
-def _cpu_only_warning(r: dict, warnings: list[str]) -> None:
-    if not r["activities"]:
-        warnings.append(f"rank {r['rank']} ({_base(r)}): no GPU kernels were recorded (a CPU-only trace?); "
-                        "it has no CUDA time to report, so its figures are null, not zero.")
+def _measured(r: dict) -> bool:
+    """Whether the rank's trace holds GPU kernel events, so that its GPU time is a measurement."""
+    return r["gpu_kernels"] > 0
+
+
+def _not_measured_warning(r: dict, kind: str, warnings: list[str]) -> None:
+    if _measured(r):
+        return
+    msg = f"rank {r['rank']} ({_base(r)}): {NOT_MEASURED}; its GPU figures are null, not zero"
+    st = r["kinds"][kind]
+    if st["steps_from"] == "user_annotation":
+        msg += f"; its {st['steps']} decode steps are counted from the CPU annotations (user_annotation)"
+    if r["activities"]:
+        msg += f" ({r['activities']} memory copies or sets are all the GPU activity it recorded)"
+    warnings.append(msg + ".")
 
 
 def _graph_warning(r: dict, warnings: list[str]) -> None:
@@ -401,6 +467,10 @@ def _graph_warning(r: dict, warnings: list[str]) -> None:
 
 def _base(r: dict) -> str:
     return os.path.basename(r["file"])
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranges(ranks)}"
 
 
 def _per_rank(d: dict) -> str:
@@ -429,5 +499,5 @@ def _share(x: float) -> float:
 
 __all__ = [
     "DEFAULT_DECODE_PATTERN", "DEFAULT_PREFILL_PATTERN", "FALLBACK_DECODE_PATTERN",
-    "NCCL_ALLREDUCE_PATTERN", "Rule", "summarize", "summarize_rank",
+    "NCCL_ALLREDUCE_PATTERN", "NOT_MEASURED", "Rule", "summarize", "summarize_rank",
 ]

@@ -27,7 +27,7 @@ def _events(ev):
 
 
 def _fingerprint(d):
-    return (d.rank, d.world_size, d.devices, d.names, d.name_cats, d.activities, d.kinds,
+    return (d.rank, d.world_size, d.devices, d.names, d.name_cats, d.activities, d.kernels, d.kinds, d.cpu_spans,
             dict(d.gpu_annotation_names), dict(d.cpu_annotation_names), d.graph_launch_corr,
             d.graph_launches_seen, dict(d.activity_pids), d.bad_events)
 
@@ -46,7 +46,8 @@ def test_fast_and_general_paths_agree(write_trace, ev, gz):
     assert fast.rank == 3 and fast.world_size == 4 and fast.devices == {0: "Test GPU"}
     assert fast.names[1] == 'weird "quoted" \\ name'
     assert fast.name_cats == ["kernel", "kernel", "gpu_memcpy", "gpu_memset"]
-    assert fast.activities == 4
+    assert fast.activities == 4 and fast.kernels == 2
+    assert fast.cpu_spans == {"decode": [(1.0, 2.0, "decode_step")]}
     assert fast.spans == {"decode": [(9.0, 20.0, "decode_step")]}
     decode = fast.kinds["decode"]
     assert (decode.starts, decode.ends, decode.overlaps) == ([9.0], [29.0], 0)

@@ -118,8 +118,19 @@ def test_cpu_only_trace_warns_instead_of_reporting_zeros(write_trace, ev):
     r = s["ranks"][0]
     assert r["cuda_ms_per_step"] is None and r["categories"] == {} and r["top_kernels"] == []
     assert r["allreduce_share"] is None
-    assert any("no GPU kernels were recorded" in w for w in s["warnings"])
+    assert r["gpu_kernels"] == 0 and r["gpu_time_measured"] is False
+    # a GPU annotation without any kernel is still a step; there is just nothing measured in it
+    assert r["decode_steps"] == 1 and r["steps_from"] == "gpu_user_annotation"
+    assert any("no GPU kernel events in the trace (CPU-only run?)" in w for w in s["warnings"])
     assert s["allreduce"]["ms_per_step_mean"] is None
+    assert s["gpu_time_measured"] is False and s["ranks_without_gpu_kernels"] == [0]
+
+
+def test_gpu_traces_are_marked_measured(write_trace, ev):
+    s = summarize([write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]))])
+    assert s["gpu_time_measured"] is True and s["ranks_without_gpu_kernels"] == []
+    r = s["ranks"][0]
+    assert r["gpu_time_measured"] is True and r["gpu_kernels"] == 4 and r["steps_from"] == "gpu_user_annotation"
 
 
 def test_graph_launches_without_kernels(write_trace, ev):
