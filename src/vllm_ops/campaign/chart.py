@@ -1,4 +1,9 @@
-"""PNG bar chart of decode CUDA time per step, by kernel category, one stacked bar per rank."""
+"""PNG bar chart of decode CUDA time per step, by kernel category, one stacked bar per rank.
+
+Nothing unmeasured is drawn as a zero-height bar: a rank whose trace has no GPU kernels gets
+"no GPU kernels: not measured" where its bar would stand, and when no rank has any (vLLM's
+CPU backend) the chart is a text saying so, and the campaign goes on.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import CampaignInputError
-from .figures import check_summary, decode_figures
+from .figures import check_summary, decode_figures, rank_measured
 
 ALLREDUCE = "allreduce"
 _HIGHLIGHT = "#d62728"  # all-reduce: the one strong colour
@@ -36,14 +41,15 @@ def write_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None =
                 campaign_id: str | None = None, title: str | None = None) -> dict:
     """Draw the chart to ``path`` (PNG, written atomically) and say what was drawn.
 
-    Returns ``{path, bars, ranks, categories}``: ``bars`` is the number of bar segments
+    Returns ``{path, bars, ranks, categories, note}``: ``bars`` is the number of bar segments
     matplotlib drew (one per rank with figures and category with time), so a chart with no
-    GPU data has 0 and says why in its text instead.
+    GPU data has 0 and says why in its text instead, the sentence being ``note`` (None when
+    there are bars).
     """
     check_summary(summary)
     ranks = summary["ranks"]
     fig_info = decode_figures(summary)
-    live = [r for r in ranks if r.get("cuda_ms_per_step") is not None]
+    live = [r for r in ranks if rank_measured(r) and r.get("cuda_ms_per_step") is not None]
     cats = _categories(live)
 
     import matplotlib
@@ -54,10 +60,17 @@ def write_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None =
     fig = Figure(figsize=(max(6.0, 1.6 * len(ranks) + 4.0), 5.5), dpi=110, layout="constrained")
     ax = fig.add_subplot()
     ax.set_title(title or chart_title(host, campaign_id), fontsize=11)
+    note = None
     if not live or not cats:
-        reason = fig_info["reason"] or "no category has decode CUDA time"
-        ax.text(0.5, 0.5, f"No GPU data to chart:\n{reason}.", ha="center", va="center", wrap=True,
-                transform=ax.transAxes, fontsize=11)
+        note = fig_info["reason"] or "no category has decode CUDA time"
+        text = f"No GPU data to chart:\n{note}."
+        if ranks and not fig_info["gpu_time_measured"]:
+            steps = fig_info["decode_steps"]
+            text = ("No GPU kernel events in the traces (CPU-only run?):\n"
+                    "GPU time and all-reduce share not measured.")
+            if steps:
+                text += f"\n\n{steps} decode steps were found in the annotations."
+        ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes, fontsize=11)
         ax.set_axis_off()
     else:
         _draw(ax, ranks, cats)
@@ -72,13 +85,14 @@ def write_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None =
     except BaseException:
         os.unlink(tmp)
         raise
-    return {"path": str(path), "bars": bars, "ranks": [r.get("rank") for r in ranks], "categories": cats}
+    return {"path": str(path), "bars": bars, "ranks": [r.get("rank") for r in ranks], "categories": cats,
+            "note": note}
 
 
 def _draw(ax, ranks: list, cats: list[str]) -> None:
     xs = list(range(len(ranks)))
     labels = [f"rank {r.get('rank')}" for r in ranks]
-    has = [r.get("cuda_ms_per_step") is not None for r in ranks]
+    has = [rank_measured(r) and r.get("cuda_ms_per_step") is not None for r in ranks]
     bottoms = [0.0] * len(ranks)
     colours = iter(_PALETTE * 4)
     for name in cats:
@@ -93,7 +107,7 @@ def _draw(ax, ranks: list, cats: list[str]) -> None:
             label=f"{name} (highlighted)" if is_ar else name, zorder=3,
         )
         if is_ar:  # name the value where the segment is tall enough to hold it
-            tallest = max(float(r.get("cuda_ms_per_step") or 0.0) for r in ranks) or 1.0
+            tallest = max(float(ranks[x].get("cuda_ms_per_step") or 0.0) for x in live_x) or 1.0
             ax.bar_label(container, labels=[f"{h:.2f} ms" if h >= 0.05 * tallest else ""
                                             for h in heights],
                          label_type="center", fontsize=8, color="white", fontweight="bold")
@@ -104,6 +118,8 @@ def _draw(ax, ranks: list, cats: list[str]) -> None:
         if has[x]:
             ax.text(x, bottoms[x] + 0.01 * top, f"{ranks[x]['cuda_ms_per_step']:.2f} ms",
                     ha="center", va="bottom", fontsize=9)
+        elif not rank_measured(ranks[x]):
+            ax.text(x, 0.02 * top, "no GPU kernels:\nnot measured", ha="center", va="bottom", fontsize=9)
         else:
             ax.text(x, 0.02 * top, "no GPU data", ha="center", va="bottom", fontsize=9)
     ax.set_xticks(xs, labels)

@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> str:
     summary = _summary(args.summary)
     if args.command == "chart":
         drawn = write_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id, title=args.title)
-        return f"wrote {drawn['path']} ({drawn['bars']} bars, {len(drawn['ranks'])} ranks)"
+        note = f"; {drawn['note']}" if drawn["note"] else ""
+        return f"wrote {drawn['path']} ({drawn['bars']} bars, {len(drawn['ranks'])} ranks{note})"
     if args.command == "history":
         meta = _load_json(args.meta, "metadata")
         row = history_row(meta, summary)

@@ -2,8 +2,14 @@
 
 Definition (used by the headline, the history CSV and the report alike):
 
-* Only ranks with figures count: those whose ``cuda_ms_per_step`` is not null (the
-  summarizer leaves it null for a rank with no decode steps or no GPU kernels).
+* Only ranks with figures count: those whose GPU time was measured (the summarizer's
+  ``gpu_time_measured``: the trace holds GPU kernel events) and whose ``cuda_ms_per_step``
+  is not null (it is null for a rank with no decode steps, and for a rank without GPU
+  kernels). A rank without GPU kernels is *not measured*: its missing figures are never
+  read as zeros, and the headline names it.
+* When no rank has GPU kernels (vLLM's CPU backend), nothing is measured: every figure
+  is None and the headline says ``no GPU kernels in the traces: all-reduce share not
+  measured``, with the decode steps the CPU annotations show.
 * ``allreduce_ms_per_step`` is the mean over those ranks of each rank's all-reduce
   ms per decode step (the summarizer's ``allreduce.ms_per_step_mean``).
 * ``cuda_ms_per_step`` is the mean over the same ranks of each rank's CUDA ms per step.
@@ -23,6 +29,8 @@ from statistics import fmean
 
 from .errors import CampaignInputError
 
+NOT_MEASURED = "no GPU kernels in the traces: all-reduce share not measured"
+
 
 def check_summary(summary: object) -> Mapping:
     """Return ``summary`` when it looks like what ``vllm_ops.traces.summarize`` returns."""
@@ -36,28 +44,53 @@ def check_summary(summary: object) -> Mapping:
     return summary
 
 
+def rank_measured(rank: Mapping) -> bool:
+    """Whether a summary rank entry's GPU time was measured (its trace holds GPU kernels).
+
+    Summaries written before ``gpu_time_measured`` existed left ``cuda_ms_per_step`` null
+    despite decode steps only when the trace had no GPU kernels, so that is read the same."""
+    flag = rank.get("gpu_time_measured")
+    if flag is not None:
+        return bool(flag)
+    return not (rank.get("cuda_ms_per_step") is None and (rank.get("decode_steps") or 0) > 0)
+
+
+def ranks_text(ranks: list) -> str:
+    """``rank 1`` or ``ranks 1, 3``."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(str(r) for r in ranks)
+
+
 def decode_figures(summary: Mapping) -> dict:
     """The headline figures of a summary (see the module docstring for the definition).
 
     Returns ``{allreduce_ms_per_step, cuda_ms_per_step, allreduce_share, skew_corrected_ms,
-    decode_steps, ranks_used, ranks_total, reason}``; the figures are None and ``reason`` is
-    a plain sentence when the traces hold nothing to measure.
+    decode_steps, ranks_used, ranks_total, gpu_time_measured, ranks_not_measured, reason}``;
+    the figures are None and ``reason`` is a plain sentence when the traces hold nothing to
+    measure. ``gpu_time_measured`` is False when no rank has GPU kernels;
+    ``ranks_not_measured`` lists the ranks without them.
     """
     ranks = check_summary(summary)["ranks"]
-    live = [r for r in ranks if r.get("cuda_ms_per_step") is not None]
+    measured = [r for r in ranks if rank_measured(r)]
+    unmeasured = [r.get("rank") for r in ranks if not rank_measured(r)]
+    live = [r for r in measured if r.get("cuda_ms_per_step") is not None]
     steps = [r.get("decode_steps") or 0 for r in ranks]
     out = {
         "allreduce_ms_per_step": None, "cuda_ms_per_step": None, "allreduce_share": None,
         "skew_corrected_ms": None, "decode_steps": min(steps) if steps else 0,
-        "ranks_used": len(live), "ranks_total": len(ranks), "reason": None,
+        "ranks_used": len(live), "ranks_total": len(ranks), "gpu_time_measured": bool(measured),
+        "ranks_not_measured": unmeasured, "reason": None,
     }
     if not ranks:
         out["reason"] = "the summary has no ranks (no trace was read)"
-    elif not any(steps):
+    elif not measured:
+        out["reason"] = NOT_MEASURED
+    elif not any(r.get("decode_steps") for r in measured):
         pattern = summary.get("decode_pattern") or "?"
         out["reason"] = f"no decode steps in the traces (no GPU annotation matches '{pattern}')"
+        if unmeasured:
+            out["reason"] += f"; {ranks_text(unmeasured)} not measured: no GPU kernels"
     elif not live:
-        out["reason"] = "the traces hold no GPU kernels (a CPU-only profile?), so there is no decode CUDA time"
+        out["reason"] = "no rank has decode CUDA time"
     if out["reason"]:
         return out
     try:
@@ -89,8 +122,11 @@ def headline(host: str, summary: Mapping, report_path: str | None = None) -> str
     """One line per host, for example ``vllm-sandbox: all-reduce 51.5% of decode CUDA time
     (11.17 of 21.70 ms/step; skew-corrected 9.80 ms) -> artifacts/.../report.md``.
 
-    Without anything to measure, the line says why instead of giving numbers. With
-    ``report_path`` None or empty the ``-> path`` part is left out.
+    Without anything to measure, the line says why instead of giving numbers; without GPU
+    kernels in any trace it is ``vllm-cpu: no GPU kernels in the traces: all-reduce share not
+    measured (15 decode steps; 1 warning)``. Ranks without GPU kernels beside others that have
+    some are named in the parenthesis (``rank 1 not measured: no GPU kernels``), never
+    averaged in. With ``report_path`` None or empty the ``-> path`` part is left out.
     """
     if not isinstance(host, str) or not host:
         raise CampaignInputError(f"host must be a non-empty string, got {host!r}")
@@ -98,6 +134,11 @@ def headline(host: str, summary: Mapping, report_path: str | None = None) -> str
         raise CampaignInputError(f"report_path must be a string, got {type(report_path).__name__}")
     fig = decode_figures(summary)
     tail = f" -> {report_path}" if report_path else ""
+    n_warn = len(summary.get("warnings") or [])
+    warn = [f"{n_warn} warning{'s' if n_warn != 1 else ''}"] if n_warn else []
+    if fig["reason"] and fig["ranks_total"] and not fig["gpu_time_measured"]:
+        steps = f"{fig['decode_steps']} decode steps" if fig["decode_steps"] else "no decode steps"
+        return f"{host}: {fig['reason']} ({'; '.join([steps, *warn])}){tail}"
     if fig["reason"]:
         return f"{host}: {fig['reason']}; no all-reduce figures{tail}"
     details = [f"{fmt_ms(fig['allreduce_ms_per_step'])} of {fmt_ms(fig['cuda_ms_per_step'])} ms/step"]
@@ -107,8 +148,8 @@ def headline(host: str, summary: Mapping, report_path: str | None = None) -> str
         details.append("no skew correction")
     if fig["ranks_used"] < fig["ranks_total"]:
         details.append(f"{fig['ranks_used']} of {fig['ranks_total']} ranks")
-    n_warn = len(summary.get("warnings") or [])
-    if n_warn:
-        details.append(f"{n_warn} warning{'s' if n_warn != 1 else ''}")
+    if fig["ranks_not_measured"]:
+        details.append(f"{ranks_text(fig['ranks_not_measured'])} not measured: no GPU kernels")
+    details += warn
     return (f"{host}: all-reduce {100 * fig['allreduce_share']:.1f}% of decode CUDA time "
             f"({'; '.join(details)}){tail}")

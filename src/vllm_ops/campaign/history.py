@@ -2,6 +2,10 @@
 
 The columns are fixed (:data:`COLUMNS`, described in :data:`COLUMN_DOCS`). A file whose
 header differs is never appended to: the error says so, and the operator moves it aside.
+
+An empty cell is a figure that was not measured, never a zero: the GPU-time columns are
+empty for a campaign whose traces hold no GPU kernels (vLLM's CPU backend), while
+``decode_steps`` still counts the steps the CPU annotations show.
 """
 
 from __future__ import annotations
@@ -36,11 +40,13 @@ COLUMN_DOCS: dict[str, str] = {
     "output_tokens": "output length of each request, tokens",
     "ttft_ms_p50": "median time to first token, ms",
     "tpot_ms_p50": "median time per output token, ms",
-    "cuda_ms_per_step": "decode CUDA ms per step, mean over ranks",
-    "allreduce_ms_per_step": "all-reduce ms per decode step, mean over ranks",
-    "allreduce_share": "allreduce_ms_per_step / cuda_ms_per_step (0..1)",
-    "allreduce_skew_corrected_ms": "all-reduce ms per step without waiting for other ranks",
-    "decode_steps": "decode steps in the traces (fewest over ranks)",
+    "cuda_ms_per_step": "decode CUDA ms per step, mean over the ranks with GPU kernels (empty: not measured, "
+                        "e.g. no GPU kernels in the traces)",
+    "allreduce_ms_per_step": "all-reduce ms per decode step, mean over the same ranks (empty: not measured)",
+    "allreduce_share": "allreduce_ms_per_step / cuda_ms_per_step (0..1; empty: not measured)",
+    "allreduce_skew_corrected_ms": "all-reduce ms per step without waiting for other ranks (empty: not measured)",
+    "decode_steps": "decode steps in the traces (fewest over the ranks with figures; over every rank, from the "
+                    "CPU annotations, when no trace has GPU kernels)",
     "warnings": "how many warnings the trace summary has",
     "report": "path of the campaign's Markdown report",
 }

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from campaign_helpers import H200, make_summary, rank_entry
+from campaign_helpers import CPU_TRACE, H200, make_summary, rank_entry
 
 
 @pytest.fixture
@@ -22,6 +22,14 @@ def h200_summary() -> dict:
     from vllm_ops.traces import summarize
 
     return summarize([str(H200)], decode_pattern="^decode_step$", jobs=1)
+
+
+@pytest.fixture(scope="session")
+def cpu_summary() -> dict:
+    """The summary of a real vLLM CPU-backend trace: 15 decode steps, no GPU kernel."""
+    from vllm_ops.traces import summarize
+
+    return summarize([str(CPU_TRACE)], jobs=1)
 
 
 @pytest.fixture

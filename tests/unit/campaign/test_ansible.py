@@ -88,13 +88,59 @@ def test_report_template_without_gpu_data(tmp_path):
                 "summary": make_summary([rank_entry(0, None)], warnings=["rank 0: no GPU kernels"]),
                 "summary_json": "summary.json", "chart_png": "decode.png"}
     text = _render(tmp_path, campaign)
-    assert "> h: the traces hold no GPU kernels (a CPU-only profile?)" in text
+    assert ("> h: no GPU kernels in the traces: all-reduce share not measured (10 decode steps; 1 warning)\n"
+            in text)
     assert "| duration | 42 s |" in text and "| model | - |" in text
     assert "None recorded: the service ran without NCCL settings" in text
     assert "Profiler configuration: not recorded." in text
     assert "| TTFT (time to first token) | 0 | - | - |" in text
-    assert "Skew-corrected all-reduce: not available" in text
+    assert "Skew-corrected all-reduce: not measured (no GPU kernels in the traces)." in text
     assert "| - | none recorded | - | - |" in text and "- rank 0: no GPU kernels" in text
+
+
+def _words(text):
+    return " ".join(text.split())
+
+
+def test_report_of_a_real_cpu_campaign(tmp_path, cpu_summary):
+    campaign = {"id": "c3", "host": "vllm-cpu", "started_at": "2025-01-31T12:00:00Z",
+                "finished_at": "2025-01-31T12:01:00Z", "tensor_parallel_size": 1, "summary": cpu_summary,
+                "summary_json": "summary.json", "chart_png": "decode.png"}
+    text = _render(tmp_path, campaign)
+    assert ("> vllm-cpu: no GPU kernels in the traces: all-reduce share not measured (15 decode steps; "
+            "1 warning)\n") in text
+    words = _words(text)
+    assert ("**No GPU kernels in the traces: GPU time and all-reduce share not measured.** The traces hold CPU "
+            "operators and annotations only") in words
+    assert "null in the JSON summary: not measured, not zero." in words
+    assert "The headline's figures are means over ranks" not in words
+    for line in ("| GPUs (from the traces) | none: no GPU kernel events in the traces |",
+                 "Skew-corrected all-reduce: not measured (no GPU kernels in the traces).",
+                 "Rank 0: no GPU kernel events in the trace (CPU-only run?): GPU time and all-reduce share not "
+                 "measured.",
+                 "| 0 | 15 | 2.679 | CPU annotations |",
+                 "GPU time not measured on rank 0 (no GPU kernel events)."):
+        assert line in text, line
+    # Nothing unmeasured is shown as a number: no GPU table, no shares, no zero milliseconds.
+    decode = text[text.index("## Where decode time goes"):text.index("## Warnings")]
+    assert "CUDA ms/step" not in decode and "%" not in decode and "0.000" not in decode
+    assert "Top kernels" not in decode and "All-reduce across ranks" not in decode
+
+
+def test_report_names_the_unmeasured_rank_of_a_mixed_campaign(tmp_path, two_ranks):
+    summary = make_summary([*two_ranks["ranks"], rank_entry(2, None)], skew=3.5)
+    campaign = {"id": "c4", "host": "h", "started_at": "2025-01-31T12:00:00Z",
+                "finished_at": "2025-01-31T12:01:00Z", "summary": summary,
+                "summary_json": "summary.json", "chart_png": "decode.png"}
+    words = _words(_render(tmp_path, campaign))
+    assert ("> h: all-reduce 57.1% of decode CUDA time (12.00 of 21.00 ms/step; skew-corrected 3.50 ms; "
+            "2 of 3 ranks; rank 2 not measured: no GPU kernels)") in words
+    assert ("Rank 2 has no GPU kernel events in its trace: GPU time and all-reduce share not measured there, so "
+            "it is left out of the headline, the means and the skew correction rather than counted as zeros."
+            ) in words
+    assert "Rank 2: no GPU kernel events in the trace (CPU-only run?): GPU time and all-reduce share not " \
+           "measured; left out of the figures above." in words
+    assert "| allreduce | 4.000 (33.3%) | 20.000 (66.7%) |" in words  # no column for rank 2
 
 
 def test_filters_in_a_playbook(tmp_path, two_ranks):

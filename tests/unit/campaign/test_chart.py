@@ -44,7 +44,7 @@ def test_a_rank_without_data_gets_no_bar(tmp_path):
 
 @pytest.mark.parametrize("ranks", [
     [rank_entry(0, None), rank_entry(1, None)],
-    [rank_entry(0, None, steps=0)],
+    [rank_entry(0, None, steps=0, gpu_kernels=9)],
     [],
 ])
 def test_no_gpu_data_draws_text_not_bars(tmp_path, ranks):

@@ -46,14 +46,21 @@ def test_missing_skew_partial_ranks_and_warnings():
     s = make_summary([rank_entry(0, {"allreduce": 2.0, "gemm": 8.0}), rank_entry(1, None)],
                      warnings=["rank 1: no GPU kernels", "another"])
     assert headline("h", s) == ("h: all-reduce 20.0% of decode CUDA time (2.00 of 10.00 ms/step; "
-                                "no skew correction; 1 of 2 ranks; 2 warnings)")
+                                "no skew correction; 1 of 2 ranks; rank 1 not measured: no GPU kernels; 2 warnings)")
+
+
+def test_a_gpu_rank_without_steps_is_not_called_unmeasured():
+    s = make_summary([rank_entry(0, {"allreduce": 2.0, "gemm": 8.0}), rank_entry(1, None, steps=0, gpu_kernels=9)])
+    assert headline("h", s) == ("h: all-reduce 20.0% of decode CUDA time (2.00 of 10.00 ms/step; "
+                                "no skew correction; 1 of 2 ranks)")
 
 
 @pytest.mark.parametrize(("ranks", "reason"), [
-    ([rank_entry(0, None, steps=0), rank_entry(1, None, steps=0)],
+    ([rank_entry(0, None, steps=0, gpu_kernels=9), rank_entry(1, None, steps=0, gpu_kernels=9)],
      "no decode steps in the traces (no GPU annotation matches '^decode_step$')"),
-    ([rank_entry(0, None), rank_entry(1, None)],
-     "the traces hold no GPU kernels (a CPU-only profile?), so there is no decode CUDA time"),
+    ([rank_entry(0, None, steps=0, gpu_kernels=9), rank_entry(1, None)],
+     "no decode steps in the traces (no GPU annotation matches '^decode_step$'); rank 1 not measured: "
+     "no GPU kernels"),
     ([rank_entry(0, {"gemm": 0.0})], "no GPU activity starts inside the decode steps, so there is no decode CUDA time"),
     ([], "the summary has no ranks (no trace was read)"),
 ])

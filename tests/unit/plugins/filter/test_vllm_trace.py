@@ -168,3 +168,56 @@ def test_filters_work_from_a_playbook(tmp_path):
          str(playbook)], capture_output=True, text=True, env=_ansible_env(), cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "| allreduce |" in out.read_text()
+
+
+CPU_TRACE = REPO / "tests" / "unit" / "traces" / "data" / "rank0.1796013877177788456.pt.trace.json.gz"
+CPU_NOT_MEASURED = "no GPU kernel events in the trace (CPU-only run?): GPU time and all-reduce share not measured"
+
+
+def test_cpu_trace_through_the_filters():
+    s = FILTERS["vllm_trace_summary"](str(CPU_TRACE))
+    assert s["gpu_time_measured"] is False and s["ranks_without_gpu_kernels"] == [0]
+    r = s["ranks"][0]
+    assert r["gpu_kernels"] == 0 and r["decode_steps"] == 15
+    assert r["cuda_ms_per_step"] is None and r["allreduce_share"] is None
+    text = FILTERS["vllm_trace_markdown"](s)
+    assert f"Rank 0: {CPU_NOT_MEASURED}." in text and "CUDA ms/step" not in text
+
+
+def test_cpu_trace_in_a_playbook_as_the_campaign_uses_it(tmp_path):
+    """Summary, summary.json (to_nice_json) and headline, as roles/vllm_campaign/tasks/report.yml does."""
+    tool = BIN / "ansible-playbook"
+    if not tool.exists():
+        pytest.skip(f"{tool} not installed")
+    out = tmp_path / "summary.json"
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(f"""
+- name: Summarize a CPU-only trace
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Summarize
+      ansible.builtin.set_fact:
+        __s: "{{{{ '{CPU_TRACE}' | vllm_trace_summary }}}}"
+    - name: Write the JSON summary
+      ansible.builtin.copy:
+        content: "{{{{ __s | to_nice_json }}}}\\n"
+        dest: "{out}"
+        mode: "0644"
+    - name: Check
+      ansible.builtin.assert:
+        that:
+          - not __s.gpu_time_measured
+          - __s.ranks[0].cuda_ms_per_step is none
+          - __s.ranks[0].decode_steps == 15
+          - >-
+            (__s | vllm_campaign_headline('vllm-cpu')) ==
+            'vllm-cpu: no GPU kernels in the traces: all-reduce share not measured (15 decode steps; 1 warning)'
+""")
+    proc = subprocess.run(
+        [str(tool), "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
+         str(playbook)], capture_output=True, text=True, env=_ansible_env(), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    written = json.loads(out.read_text())
+    assert written["ranks"][0]["cuda_ms_per_step"] is None and written["allreduce"]["share_mean"] is None
+    assert '"cuda_ms_per_step": null' in out.read_text()
