@@ -51,11 +51,12 @@ def test_load_logs_progress_then_startup_lines_in_vllm_order(server, sandbox):
     server.start(tp=2)
     server.wait_ready()
     log = server.log()
-    progress = [line.split(") ", 1)[1] for line in log.splitlines()
-                if "Loading safetensors checkpoint shards" in line]
-    assert len(progress) == 6  # 0/5 .. 5/5, one line each, from rank 0 only
-    assert all(line.startswith("(Worker_TP0 pid=") for line in log.splitlines()
-               if "Loading safetensors" in line)
+    raw = server.log_path.read_bytes().decode()  # log() reads "\r" as a line end
+    # tqdm's own output: "\r" + the bar + "\n", no process prefix, rank 0 only
+    progress = re.findall(r"^\r(Loading safetensors checkpoint shards: .*)$", raw, re.M)
+    assert len(progress) == 6  # 0/5 .. 5/5, one line each
+    assert raw.count("Loading safetensors checkpoint shards") == 6
+    assert "\r" + progress[-1] + "\n\n" in raw, "closing the bar adds a newline"
     for n, line in enumerate(progress):
         match = PROGRESS.match(line)
         assert match, line
@@ -70,6 +71,10 @@ def test_load_logs_progress_then_startup_lines_in_vllm_order(server, sandbox):
     assert positions == sorted(positions)
     assert re.search(r"INFO \d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+\.py:\d+\] Loading weights "
                      r"took [\d.]+ seconds", log)
+    assert re.search(r"^\(EngineCore_DP0 pid=\d+\) INFO .* init engine \(profile, create kv "
+                     r"cache, warmup model\) took [\d.]+ s$", log, re.M)
+    # uvicorn's lines carry no process prefix
+    assert re.search(r"^INFO:     Application startup complete\.$", log, re.M)
     assert "Uvicorn running on" not in log
 
 
@@ -104,6 +109,16 @@ def test_process_tree_titles_device_files_and_memory_claims(server, sandbox):
         assert str(sandbox.dev / f"nvidia{rank}") in fd_targets(pid)
         assert (sandbox.claims / str(pid)).read_text().strip() == str(CLAIM_MIB)
     assert not any("nvidia" in target for target in fd_targets(server.proc.pid))
+
+
+def test_at_tp_1_the_worker_is_titled_without_a_rank(server, sandbox):
+    server.start(tp=1)
+    server.wait_ready()
+    _, (worker,) = server.tree()
+    assert (comm(worker), cmdline(worker)) == ("VLLM::Worker", "VLLM::Worker")
+    assert re.search(r"^\(Worker pid=\d+\) INFO", server.log(), re.M)
+    holders = sandbox.smi("--query-compute-apps=pid,process_name", "--format=csv,noheader")
+    assert holders.stdout.splitlines() == [f"{worker}, VLLM::Worker"]
 
 
 def test_sigterm_stops_the_whole_tree_and_exits_0(server, sandbox):
@@ -182,7 +197,9 @@ def test_engine_death_answers_503_then_exits_0(server, sandbox):
     wait_for(lambda: not any(alive(pid) for pid in [engine, *workers]),
              what="engine and workers gone")
     assert list(sandbox.claims.iterdir()) == []
-    assert "Engine core proc EngineCore_DP0 died unexpectedly" in server.log()
+    log = server.log()
+    assert "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup" in log
+    assert "EngineDeadError: EngineCore encountered an issue." in log
 
 
 def test_killed_worker_takes_the_engine_down_and_the_server_exits_0(server, sandbox):
@@ -192,7 +209,8 @@ def test_killed_worker_takes_the_engine_down_and_the_server_exits_0(server, sand
     os.kill(workers[1], signal.SIGKILL)
     assert server.wait_exit() == 0
     wait_for(lambda: not alive(engine) and not alive(workers[0]), what="tree gone")
-    assert "Worker proc VLLM::Worker_TP1 died unexpectedly" in server.log()
+    assert "Worker proc VllmWorker-1 died unexpectedly (exit code: -9), shutting down " \
+           "executor." in server.log()
 
 
 def test_engine_death_during_load_fails_startup_non_zero(server, sandbox):
@@ -294,18 +312,23 @@ def test_completion_returns_max_tokens_and_updates_metrics(server):
     assert len(body["choices"][0]["text"].split()) == 7
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 7, "total_tokens": 9,
-                             "prompt_tokens_details": None}
+                             "prompt_tokens_details": None, "completion_tokens_details": None}
     metrics = server.get("/metrics").text
     label = f'model_name="{server.sandbox.model}"'
     assert re.search(rf'^vllm:generation_tokens_total{{.*{re.escape(label)}.*}} 7\.0$',
                      metrics, re.M)
     assert re.search(r"^vllm:prompt_tokens_total\{.*\} 2\.0$", metrics, re.M)
     assert re.search(r"^vllm:num_requests_running\{.*\} 0\.0$", metrics, re.M)
+    assert f'vllm:request_success_total{{engine="0",finished_reason="length",{label}}} 1.0' \
+        in metrics
+    assert f'vllm:request_success_total{{engine="0",finished_reason="stop",{label}}} 0.0' \
+        in metrics
     for hist, count in (("time_to_first_token_seconds", 1), ("e2e_request_latency_seconds", 1),
                         ("inter_token_latency_seconds", 6),
                         ("request_time_per_output_token_seconds", 1)):
         assert re.search(rf"^vllm:{hist}_count\{{.*\}} {count}\.0$", metrics, re.M), hist
-        assert re.search(rf'^vllm:{hist}_bucket\{{.*le="\+Inf"\}} {count}\.0$', metrics, re.M)
+        assert re.search(rf'^vllm:{hist}_bucket\{{engine="0",le="\+Inf",{re.escape(label)}\}} '
+                         rf"{count}\.0$", metrics, re.M), "labels sorted by name, as vLLM's"
         assert re.search(rf"^vllm:{hist}_sum\{{.*\}} [\d.e-]+$", metrics, re.M)
 
 
@@ -330,11 +353,31 @@ def test_completion_errors_are_openai_shaped(server):
     server.start("--served-model-name", "kimi")
     server.wait_ready()
     wrong = server.post("/v1/completions", json={"model": "other", "prompt": "x"})
-    assert wrong.status_code == 404 and wrong.json()["error"]["type"] == "NotFoundError"
+    assert (wrong.status_code, wrong.json()) == (404, {"error": {
+        "message": "The model `other` does not exist. Valid aliases: kimi.",
+        "type": "NotFoundError", "param": "model", "code": 404}})
     too_long = server.post("/v1/completions", json={"model": "kimi", "prompt": "x",
                                                     "max_tokens": 5000})
     assert too_long.status_code == 400
-    assert "maximum context length is 4096 tokens" in too_long.json()["error"]["message"]
+    assert too_long.json()["error"]["message"] == (
+        "max_tokens=5000 cannot be greater than max_model_len=4096. Please request fewer "
+        "output tokens. (parameter=max_tokens, value=5000)")
+    huge = server.post("/v1/completions", json={"model": "kimi", "prompt": "x " * 5000,
+                                                "max_tokens": 1})
+    assert (huge.status_code, huge.json()["error"]["param"]) == (400, "input_tokens")
+    # prompt + max_tokens over the limit: vLLM cuts max_tokens to what fits
+    cut = server.post("/v1/completions", json={"model": "kimi", "prompt": "x " * 4090,
+                                               "max_tokens": 100}).json()
+    assert (cut["usage"]["completion_tokens"], cut["choices"][0]["finish_reason"]) == (
+        6, "length")
+
+
+def test_error_messages_hide_file_paths_as_vllm_does(server):
+    server.start()
+    server.wait_ready()
+    wrong = server.post("/v1/completions", json={"model": "other", "prompt": "x"})
+    message = wrong.json()["error"]["message"]
+    assert message == "The model `other` does not exist. Valid aliases: <path>", message
 
 
 def test_api_key_guards_only_v1_paths_and_is_never_logged(server):
@@ -367,36 +410,54 @@ def test_api_key_flag_is_redacted_in_the_args_log(server):
 def test_profile_writes_one_synthetic_trace_per_rank(server, sandbox):
     server.start(*torch_profiler(sandbox.traces), tp=2)
     server.wait_ready()
-    assert server.post("/stop_profile").status_code == 409  # nothing running (see README)
+    idle = server.post("/stop_profile")  # nothing running: vLLM answers 200 all the same
+    assert (idle.status_code, idle.content) == (200, b"")
+    assert not sandbox.traces.exists()
     start = server.post("/start_profile", json={"profile_prefix": "camp"})
     assert (start.status_code, start.content) == (200, b"")
-    assert server.post("/start_profile").status_code == 409
+    again = server.post("/start_profile")
+    assert (again.status_code, again.json()["error"]["type"]) == (409, "Conflict")
     server.post("/v1/completions", json={"prompt": "x", "max_tokens": 3})
     stop = server.post("/stop_profile")
     assert (stop.status_code, stop.content) == (200, b"")
     names = sorted(p.name for p in sandbox.traces.iterdir())
     for rank in (0, 1):
+        worker = f"camp_dp0_pp0_tp{rank}_dcp0_ep0_rank{rank}"
         (trace_name,) = [n for n in names if re.fullmatch(
-            rf"camp_dp0_pp0_tp{rank}_dcp0_ep0_rank{rank}\.\d{{19}}\.pt\.trace\.json\.gz", n)]
+            rf"{worker}\.\d{{19}}\.pt\.trace\.json\.gz", n)]
         trace = read_trace(sandbox.traces / trace_name)
         assert trace["distributedInfo"]["rank"] == rank
         assert trace["distributedInfo"]["world_size"] == 2
+        assert (trace["vllm_version"], trace["vllm_version_tuple"]) == ("0.32.0",
+                                                                        ["0", "32", "0"])
         kernels = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "kernel"}
         assert any(k.startswith("ncclDevKernel_AllReduce") for k in kernels)
         steps = [e for e in trace["traceEvents"] if e.get("cat") == "gpu_user_annotation"]
         assert steps and all(e["name"] == "execute_context_0(0)_generation_1(1)"
                              for e in steps)
-        assert "Self CUDA" in (sandbox.traces / f"profiler_out_{rank}.txt").read_text()
-    frontend = [n for n in names if re.fullmatch(r".+_\d+\.async_llm\.\d+\.pt\.trace\.json\.gz",
-                                                 n)]
-    assert frontend and frontend[0].endswith(".gz")
-    assert f"_{server.proc.pid}.async_llm." in frontend[0]
+        assert f"VLLM::Worker_TP{rank}" in {e["args"]["name"] for e in trace["traceEvents"]
+                                            if e.get("name") == "process_name"}
+        assert "Self CUDA" in (sandbox.traces / f"{worker}.profiler_out.txt").read_text()
+    frontend = [n for n in names if re.fullmatch(
+        r"camp_.+_\d+\.async_llm\.\d+\.pt\.trace\.json\.gz", n)]
+    assert len(frontend) == 1 and f"_{server.proc.pid}.async_llm." in frontend[0]
+    (table,) = [n for n in names if n.endswith(".async_llm.profiler_out.txt")]
+    assert table.startswith("camp_")
+    assert len(names) == 6, names  # 2 traces, 2 tables, the frontend's trace and table
     log = server.log()
-    order = ["Starting profiler...", "Profiler started.", "Stopping profiler...",
+    order = ["Stopping profiler...", "Profiler was not started, nothing to stop.",
+             "Profiler stopped.", "Starting profiler...",
+             "Torch profiling enabled. Traces will be saved to:", "Profiler started.",
+             "Starting profiler...", "Stopping profiler...", "Profiler stopped successfully.",
              "Profiler stopped."]
-    assert [log.index(t) for t in order] == sorted(log.index(t) for t in order)
-    assert re.search(r"\(Worker_TP0 pid=\d+\) +Name +Self CUDA", log), "rank 0 prints table"
-    assert server.post("/stop_profile").status_code == 409
+    position = 0
+    for text in order:
+        position = log.index(text, position) + len(text)
+    # rank 0 and the API server print() their tables: no process prefix
+    assert len(re.findall(r"^ +Name +Self CUDA", log, re.M)) == 2, "rank 0 + frontend"
+    again = server.post("/stop_profile")  # after a profile: 200, nothing more written
+    assert again.status_code == 200
+    assert sorted(p.name for p in sandbox.traces.iterdir()) == names
 
 
 def test_profile_honours_gzip_frontend_and_table_switches(server, sandbox):

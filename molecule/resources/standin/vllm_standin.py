@@ -4,8 +4,9 @@
 Test double for the sandbox host: installed as /opt/vllm-standin/bin/vllm, it
 takes the CLI the systemd unit passes and behaves as vLLM 0.32 does from the
 outside: an API server process that starts a ``VLLM::EngineCore`` child, which
-starts one ``VLLM::Worker_TP<r>`` per rank; each worker holds its GPU device
-file and claims memory for the nvidia-smi stand-in; the port refuses
+starts one ``VLLM::Worker_TP<r>`` per rank (``VLLM::Worker`` at TP 1); each
+worker holds its GPU device file and claims memory for the nvidia-smi
+stand-in; the port refuses
 connections through the whole (simulated) load; then it serves /health,
 /version, /v1/models, /v1/completions, /metrics and, with --profiler-config,
 /start_profile and /stop_profile, writing one re-timed trace per rank.
@@ -33,6 +34,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 VERSION = "0.32.0"
+FINGERPRINT = f"vllm-{VERSION}-5f0a1d2e"  # vLLM: version and a digest of its build
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 SCRIPT = os.path.abspath(__file__)
 DECODE_ANNOTATION = "execute_context_0(0)_generation_1(1)"
 PROTECTED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
@@ -126,8 +129,10 @@ _LABEL = "APIServer"
 _OUT_LOCK = threading.Lock()
 
 
-def _emit(stream, text):
-    prefix = f"({_LABEL} pid={os.getpid()}) "
+def _emit(stream, text, prefixed=True):
+    """Write ``text`` line by line. vLLM's logger puts the process prefix on its
+    records; what goes around it (tqdm, print(), uvicorn) has none."""
+    prefix = f"({_LABEL} pid={os.getpid()}) " if prefixed else ""
     lines = "".join(prefix + line + "\n" for line in text.split("\n"))
     with _OUT_LOCK:
         stream.write(lines)
@@ -140,13 +145,18 @@ def log(level, where, msg):
 
 
 def uvicorn_log(msg, level="INFO"):
-    _emit(sys.stdout, f"{level + ':':<9} {msg}")
+    _emit(sys.stdout, f"{level + ':':<9} {msg}", prefixed=False)
 
 
 def fail_with_traceback(exc_type, message, where="api_server.py:1"):
     _emit(sys.stderr, "Traceback (most recent call last):\n"
           f'  File "{SCRIPT}", line 1, in <module>\n'
           f"    [{where}]\n{exc_type}: {message}")
+
+
+def worker_name(rank, tp):
+    """vLLM's worker process name: ``Worker``, with ``_TP<r>`` only when TP > 1."""
+    return f"Worker_TP{rank}" if tp > 1 else "Worker"
 
 
 def set_comm(title):
@@ -415,7 +425,7 @@ def retime_template(trace, rank, world, start_ns, origin_ns):
     return trace
 
 
-def synthetic_trace(rank, world, start_ns, steps=4):
+def synthetic_trace(rank, world, start_ns, title, steps=4):
     """Schema-valid Kineto-like trace: decode steps with a gemm and an
     NCCL all-reduce kernel each."""
     pid = os.getpid()
@@ -423,7 +433,7 @@ def synthetic_trace(rank, world, start_ns, steps=4):
     t = (start_ns - base) / 1000.0
     events = [
         {"name": "process_name", "ph": "M", "ts": t, "pid": pid, "tid": 0,
-         "args": {"name": "python3"}},
+         "args": {"name": title}},
         {"name": "process_labels", "ph": "M", "ts": t, "pid": rank, "tid": 0,
          "args": {"labels": f"GPU {rank}"}},
     ]
@@ -472,8 +482,22 @@ def cuda_time_table(trace):
         short = name if len(name) <= 57 else name[:54] + "..."
         rows.append(f"{short:>57}  {dur / 1000:>10.3f}ms  {100 * dur / grand:>11.2f}%  "
                     f"{dur / 1000:>10.3f}ms  {calls:>12}")
-    rows += [rule, f"Self CUDA time total: {grand / 1000:.3f}ms"]
+    cpu = sum(float(ev.get("dur", 0)) for ev in trace.get("traceEvents", [])
+              if ev.get("cat") in ("cpu_op", "cuda_runtime"))
+    rows += [rule, f"Self CPU time total: {cpu / 1000:.3f}ms",
+             f"Self CUDA time total: {grand / 1000:.3f}ms"]
     return "\n".join(rows) + "\n"
+
+
+def write_profiler_table(trace_dir, worker, table, print_it):
+    """``<worker>.profiler_out.txt`` next to the trace; local rank 0 also
+    print()s it (to stdout, so with no process prefix)."""
+    with open(os.path.join(trace_dir, f"{worker}.profiler_out.txt"), "w",
+              encoding="utf-8") as fh:
+        print(table, file=fh)
+    if print_it:
+        with _OUT_LOCK:
+            print(table, flush=True)
 
 
 def write_trace_file(path, trace, gz, truncate):
@@ -496,7 +520,9 @@ class Worker:
         self.rank = cfg["rank"]
         self.claim_path = None
         self.device_fd = None
-        self.profile = None
+        self.profile = None  # the running profile's start message
+        self.profiler_made = False  # vLLM makes the worker's profiler at the first start
+        self.stopped_once = False
 
     def device_path(self):
         index = self.rank
@@ -528,9 +554,6 @@ class Worker:
             self.chan.send({"ev": "failed", "rank": self.rank})
             return False
         self.write_claim()
-        if self.rank == 0 and self.cfg["profiler"]["profiler"] == "torch":
-            log("INFO", "wrapper.py:191", "Torch profiling enabled. Traces will be saved to: "
-                + self.cfg["profiler"]["torch_profiler_dir"])
         self.chan.send({"ev": "up", "rank": self.rank})
         return True
 
@@ -589,7 +612,11 @@ class Worker:
             rate_fmt = f"{rate:5.2f}it/s"
         line = (f"Loading safetensors checkpoint shards: {100 * n / total:3.0f}% Completed "
                 f"| {n}/{total} [{fmt_interval(elapsed)}<{remaining}, {rate_fmt}]")
-        _emit(sys.stderr, line)
+        # tqdm writes "\r" + bar_format, and vLLM's bar_format ends in "\n";
+        # closing the bar adds one more "\n".
+        with _OUT_LOCK:
+            sys.stderr.write("\r" + line + "\n" + ("\n" if n == total else ""))
+            sys.stderr.flush()
 
     def serve(self):
         while True:
@@ -598,17 +625,28 @@ class Worker:
             except EOFError:
                 return  # the engine is gone: vLLM workers watch a death pipe
             if msg["cmd"] == "start_profile":
-                self.profile = msg
+                self.start_profile(msg)
                 self.chan.send({"id": msg["id"], "ok": True})
             elif msg["cmd"] == "stop_profile":
                 self.stop_profile()
                 self.chan.send({"id": msg["id"], "ok": True})
 
+    def start_profile(self, msg):
+        if not self.profiler_made and self.rank == 0 \
+                and self.cfg["profiler"]["profiler"] == "torch":
+            log("INFO", "wrapper.py:243", "Torch profiling enabled. Traces will be saved to: "
+                + self.cfg["profiler"]["torch_profiler_dir"])
+        self.profiler_made = True
+        self.profile = self.profile or msg  # a start while active is ignored
+
     def stop_profile(self):
-        prof, self.profile = self.profile or {"start_ns": time.time_ns(), "prefix": None}, None
-        pcfg = self.cfg["profiler"]
-        if pcfg["profiler"] != "torch":
+        if not self.profiler_made:
+            log("WARNING", "gpu_worker.py:1411", "Profiler was not started, nothing to stop.")
             return
+        prof, self.profile = self.profile, None
+        pcfg = self.cfg["profiler"]
+        if prof is None or pcfg["profiler"] != "torch":
+            return  # not active: vLLM's worker profiler ignores the stop
         time.sleep(env_float("VLLM_STANDIN_FLUSH_S", 0.5))
         trace_dir = pcfg["torch_profiler_dir"]
         try:
@@ -619,7 +657,7 @@ class Worker:
             return
         trace = self.make_trace(prof["start_ns"])
         r = self.rank
-        worker = f"dp0_pp0_tp{r}_dcp0_ep0_rank{r}"
+        worker = f"dp0_pp0_tp{r}_dcp0_ep0_rank{r}"  # get_worker_rank_suffix on a GPU host
         if prof.get("prefix"):
             worker = f"{prof['prefix']}_{worker}"
         name = f"{worker}.{time.time_ns()}.pt.trace.json"
@@ -628,24 +666,25 @@ class Worker:
         trace["traceName"] = path
         write_trace_file(path, trace, gz, fault(f"truncate-trace-rank-{r}") is not None)
         if pcfg["torch_profiler_dump_cuda_time_total"]:
-            table = cuda_time_table(trace)
-            with open(os.path.join(trace_dir, f"profiler_out_{r}.txt"), "w",
-                      encoding="utf-8") as fh:
-                print(table, file=fh)
-            if r == 0:
-                _emit(sys.stdout, table)
-        log("INFO", "wrapper.py:90", "Profiler stopped successfully.")
+            write_profiler_table(trace_dir, worker, cuda_time_table(trace), print_it=r == 0)
+        if not self.stopped_once:
+            log("INFO", "wrapper.py:98", "Profiler stopped successfully.")
+        self.stopped_once = True
 
     def make_trace(self, start_ns):
         files = template_files()
         world = self.cfg["tp"]
         if not files:
-            return synthetic_trace(self.rank, world, start_ns)
-        origin = min(min_ts(load_json_gz(path)) for path in files) if len(files) > 1 \
-            else None
-        trace = load_json_gz(files[self.rank % len(files)])
-        return retime_template(trace, self.rank, world, start_ns,
-                               origin if origin is not None else min_ts(trace))
+            trace = synthetic_trace(self.rank, world, start_ns,
+                                    f"VLLM::{worker_name(self.rank, world)}")
+        else:
+            template = load_json_gz(files[self.rank % len(files)])
+            origin = min(min_ts(load_json_gz(path)) for path in files) if len(files) > 1 \
+                else min_ts(template)
+            trace = retime_template(template, self.rank, world, start_ns, origin)
+        # vLLM stamps its version into every trace it writes
+        trace.update(vllm_version=VERSION, vllm_version_tuple=VERSION.split("."))
+        return trace
 
     def cleanup(self):
         if self.claim_path:
@@ -665,8 +704,8 @@ def fmt_interval(seconds):
 
 def worker_main(cfg, chan):
     global _LABEL
-    _LABEL = f"Worker_TP{cfg['rank']}"
-    set_comm(f"VLLM::Worker_TP{cfg['rank']}")
+    _LABEL = worker_name(cfg["rank"], cfg["tp"])
+    set_comm(f"VLLM::{_LABEL}")
     worker = Worker(cfg, chan)
     signal.signal(signal.SIGTERM, worker.on_sigterm)
     signal.signal(signal.SIGINT, worker.on_sigterm)
@@ -704,7 +743,8 @@ class Engine:
 
     def start_workers(self):
         for rank in range(self.cfg["tp"]):
-            self.workers.append(spawn_titled(f"VLLM::Worker_TP{rank}", "--internal-worker",
+            title = f"VLLM::{worker_name(rank, self.cfg['tp'])}"
+            self.workers.append(spawn_titled(title, "--internal-worker",
                                              {**self.cfg, "rank": rank}))
 
     def gather(self, event, timeout=None, on_wait=None):
@@ -720,8 +760,8 @@ class Engine:
                     continue
                 if msg.get("ev") in ("failed", "died"):
                     self.die("multiproc_executor.py:560", "WorkerProc initialization "
-                             f"failed (VLLM::Worker_TP{rank}). See stack trace for root "
-                             "cause.", during_load=True)
+                             f"failed (VLLM::{worker_name(rank, self.cfg['tp'])}). See stack "
+                             "trace for root cause.", during_load=True)
                 if msg.get("ev") == event or msg.get("id") == event:
                     pending.discard(rank)
             if on_wait:
@@ -752,8 +792,8 @@ class Engine:
         time.sleep(cfg["load_s"] * 0.15)
         log("INFO", "gpu_worker.py:298", f"Available KV cache memory: {mib / 1024 * 0.4:.2f} GiB")
         log("INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {mib * 12:,} tokens")
-        log("INFO", "core.py:210", "init engine (profile, create kv cache, warmup model) "
-            f"took {time.monotonic() - t0:.2f} seconds")
+        log("INFO", "core.py:402", "init engine (profile, create kv cache, warmup model) "
+            f"took {time.monotonic() - t0:.2f} s")
         self.api.send({"ev": "ready"})
         self.serve()
 
@@ -772,9 +812,15 @@ class Engine:
                     try:
                         chan.recv(timeout=0)
                     except EOFError:
-                        self.die("multiproc_executor.py:268", f"Worker proc "
-                                 f"VLLM::Worker_TP{rank} died unexpectedly, shutting down "
-                                 "executor.", during_load=False)
+                        proc = self.workers[rank][0]
+                        try:
+                            code = proc.wait(timeout=1)
+                        except Exception:  # subprocess.TimeoutExpired
+                            code = None
+                        log("ERROR", "multiproc_executor.py:316", f"Worker proc VllmWorker-"
+                            f"{rank} died unexpectedly (exit code: {code}), shutting down "
+                            "executor.")
+                        self.die("core.py:801", "Executor failed.", during_load=False)
             if self.api.sock in ready or (api_alive and self.api.buf):
                 try:
                     msg = self.api.recv(timeout=0)
@@ -852,19 +898,24 @@ class Histogram:
         self.sum += value * times
         self.count += times
 
-    def render(self, labels):
+    def render(self, labels, created):
         out = [f"# HELP {self.name} {self.doc}", f"# TYPE {self.name} histogram"]
         for bound, count in zip(self.buckets, self.counts):
-            out.append(f'{self.name}_bucket{{{labels},le="{bound}"}} {float(count)}')
-        out.append(f'{self.name}_bucket{{{labels},le="+Inf"}} {float(self.count)}')
-        out.append(f"{self.name}_count{{{labels}}} {float(self.count)}")
-        out.append(f"{self.name}_sum{{{labels}}} {self.sum}")
+            out.append(f"{self.name}_bucket{labels(le=bound)} {float(count)}")
+        out.append(f"{self.name}_bucket{labels(le='+Inf')} {float(self.count)}")
+        out.append(f"{self.name}_count{labels()} {float(self.count)}")
+        out.append(f"{self.name}_sum{labels()} {self.sum}")
+        out += [f"# HELP {self.name}_created {self.doc}",
+                f"# TYPE {self.name}_created gauge", f"{self.name}_created{labels()} {created}"]
         return out
+
+
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 
 class Metrics:
     def __init__(self, model_name):
-        self.labels = f'engine="0",model_name="{model_name}"'
+        self.model_name = model_name
         self.lock = threading.Lock()
         self.created = time.time()
         self.prompt_tokens = self.generation_tokens = self.success = 0
@@ -893,6 +944,11 @@ class Metrics:
                 tpot_h.observe(tpot)
             e2e_h.observe(e2e)
 
+    def labels(self, **extra):
+        """Prometheus labels, sorted by name as prometheus_client prints them."""
+        pairs = {"engine": "0", "model_name": self.model_name, **extra}
+        return "{" + ",".join(f'{k}="{v}"' for k, v in sorted(pairs.items())) + "}"
+
     def render(self):
         lb = self.labels
         with self.lock:
@@ -905,20 +961,22 @@ class Metrics:
                     ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent "
                      "usage.", 0.01 * self.running)):
                 out += [f"# HELP {name} {doc}", f"# TYPE {name} gauge",
-                        f"{name}{{{lb}}} {float(value)}"]
-            for name, doc, value, extra in (
+                        f"{name}{lb()} {float(value)}"]
+            reasons = [{"finished_reason": r} for r in FINISHED_REASONS]
+            for name, doc, series in (
                     ("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                     self.prompt_tokens, ""),
+                     [({}, self.prompt_tokens)]),
                     ("vllm:generation_tokens", "Number of generation tokens processed.",
-                     self.generation_tokens, ""),
+                     [({}, self.generation_tokens)]),
                     ("vllm:request_success", "Count of successfully processed requests.",
-                     self.success, ',finished_reason="length"')):
-                out += [f"# HELP {name}_total {doc}", f"# TYPE {name}_total counter",
-                        f"{name}_total{{{lb}{extra}}} {float(value)}",
-                        f"# HELP {name}_created {doc}", f"# TYPE {name}_created gauge",
-                        f"{name}_created{{{lb}{extra}}} {self.created}"]
+                     [(r, self.success if r["finished_reason"] == "length" else 0)
+                      for r in reasons])):
+                out += [f"# HELP {name}_total {doc}", f"# TYPE {name}_total counter"]
+                out += [f"{name}_total{lb(**extra)} {float(value)}" for extra, value in series]
+                out += [f"# HELP {name}_created {doc}", f"# TYPE {name}_created gauge"]
+                out += [f"{name}_created{lb(**extra)} {self.created}" for extra, _ in series]
             for hist in self.hists:
-                out += hist.render(lb)
+                out += hist.render(lb, self.created)
         return "\n".join(out) + "\n"
 
 
@@ -953,8 +1011,14 @@ class EngineLink:
         self.dead_at = time.monotonic()
         self.dead.set()
         if self.ready.is_set() and not self.stopping:
-            log("ERROR", "core_client.py:564", "Engine core proc EngineCore_DP0 died "
-                "unexpectedly, shutting down client.")
+            log("WARNING", "core_client.py:817", "[shutdown] MPClient: engine core exited "
+                "unexpectedly; starting cleanup")
+            for line in ("AsyncLLM output_handler failed.",
+                         "Traceback (most recent call last):",
+                         f'  File "{SCRIPT}", line 1, in output_handler',
+                         "    outputs = await engine_core.get_output_async()",
+                         f"vllm.v1.engine.exceptions.EngineDeadError: {ENGINE_DEAD}"):
+                log("ERROR", "async_llm.py:906", line)
         with self.lock:
             for slot in self.replies.values():
                 slot[0].set()
@@ -986,25 +1050,16 @@ class EngineLink:
 
 
 class Profiling:
-    """The API server's view of the profiler (409 on a second start)."""
+    """The API server's profiling session, as vLLM's AsyncLLM keeps it: start
+    and stop are serialized by one lock; a start while a session is active is
+    a 409; a stop is always passed on to the engine and answered 200."""
 
     def __init__(self, cfg):
         self.cfg = cfg
         self.lock = threading.Lock()
-        self.state = "idle"
+        self.active = False
         self.started_ns = None
-
-    def claim(self, expected, transient):
-        """Move from ``expected`` to ``transient``; False if in another state."""
-        with self.lock:
-            if self.state != expected:
-                return False
-            self.state = transient
-            return True
-
-    def settle(self, state, started_ns=None):
-        with self.lock:
-            self.state, self.started_ns = state, started_ns
+        self.prefix = None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -1035,9 +1090,9 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def error(self, status, message, etype):
-        self.reply(status, {"error": {"message": message, "type": etype, "param": None,
-                                      "code": status}})
+    def error(self, status, message, etype, param=None):
+        self.reply(status, {"error": {"message": sanitize_message(message), "type": etype,
+                                      "param": param, "code": status}})
 
     def read_json(self, optional=False):
         length = int(self.headers.get("content-length") or 0)
@@ -1113,7 +1168,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         model = body.get("model", app["model_name"])
         if model not in (app["model_name"], app["model"]):
-            return self.error(404, f"The model `{model}` does not exist.", "NotFoundError")
+            return self.error(404, f"The model `{model}` does not exist. Valid aliases: "
+                              f"{app['model_name']}.", "NotFoundError", "model")
         prompts = body.get("prompt")
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts
                                         and all(isinstance(t, int) for t in prompts)):
@@ -1126,17 +1182,25 @@ class Handler(BaseHTTPRequestHandler):
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             return self.error(400, "max_tokens must be at least 1, got "
                               f"{max_tokens}.", "BadRequestError")
+        limit = app["max_model_len"]
+        if max_tokens > limit:
+            return self.error(400, f"max_tokens={max_tokens} cannot be greater than "
+                              f"max_model_len={limit}. Please request fewer output tokens. "
+                              f"(parameter=max_tokens, value={max_tokens})",
+                              "BadRequestError", "max_tokens")
         counts = [len(p) if isinstance(p, list) else max(1, len(str(p).split()))
                   for p in prompts]
-        if max(counts) + max_tokens > app["max_model_len"]:
-            return self.error(400, f"This model's maximum context length is "
-                              f"{app['max_model_len']} tokens. However, you requested "
-                              f"{max(counts) + max_tokens} tokens ({max(counts)} in the "
-                              f"messages, {max_tokens} in the completion). Please reduce "
-                              "the length of the messages or completion.", "BadRequestError")
+        if max(counts) > limit:  # vLLM's tokenizer stops at limit + 1 tokens
+            return self.error(400, f"This model's maximum context length is {limit} tokens. "
+                              f"However, your prompt contains at least {limit + 1} input "
+                              "tokens, which exceeds this limit even without any output "
+                              "tokens. Please reduce the length of the input prompt. "
+                              f"(parameter=input_tokens, value={limit + 1})",
+                              "BadRequestError", "input_tokens")
+        # vLLM cuts max_tokens to what fits after the prompt; no error for that
+        max_tokens = min(max_tokens, limit - max(counts))
         if app["engine"].dead.is_set():
-            return self.error(500, "EngineCore encountered an issue. See stack trace "
-                              "(above) for the root cause.", "EngineDeadError")
+            return self.error(500, ENGINE_DEAD, "EngineDeadError")
         generate = Generation(app, body, prompts, counts, max_tokens)
         if body.get("stream"):
             generate.stream(self)
@@ -1149,33 +1213,34 @@ class Handler(BaseHTTPRequestHandler):
         if body is None:
             return
         prof = app["profiling"]
-        if not prof.claim("idle", "starting"):
-            return self.reply(409, {"detail": "Profiler is already running."})
-        log("INFO", "api_router.py:37", "Starting profiler...")
-        start_ns = time.time_ns()
-        ok = app["engine"].call("start_profile", start_ns=start_ns,
-                                prefix=body.get("profile_prefix"))
-        prof.settle(*(("running", start_ns) if ok else ("idle",)))
+        log("INFO", "api_router.py:39", "Starting profiler...")
+        with prof.lock:
+            if prof.active:
+                return self.error(409, "A profiling session is already active. Call "
+                                  "/stop_profile before starting another session.", "Conflict")
+            start_ns = time.time_ns()
+            prefix = body.get("profile_prefix")
+            ok = app["engine"].call("start_profile", start_ns=start_ns, prefix=prefix)
+            prof.active, prof.started_ns, prof.prefix = ok, start_ns, prefix
         if not ok:
-            return self.error(500, "EngineCore encountered an issue.", "EngineDeadError")
-        log("INFO", "api_router.py:39", "Profiler started.")
+            return self.error(500, ENGINE_DEAD, "EngineDeadError")
+        log("INFO", "api_router.py:44", "Profiler started.")
         self.reply(200, b"", "")
 
     def stop_profile(self):
         app = self.server.app
         prof = app["profiling"]
-        if not prof.claim("running", "stopping"):
-            return self.reply(409, {"detail": "Profiler is not running."})
-        log("INFO", "api_router.py:45", "Stopping profiler...")
-        if fault("stop-profile-hangs") is not None:
-            time.sleep(3600)
-        ok = app["engine"].call("stop_profile")
-        if ok:
-            write_frontend_trace(prof.cfg, prof.started_ns)
-        prof.settle("idle")
+        log("INFO", "api_router.py:50", "Stopping profiler...")
+        with prof.lock:
+            if fault("stop-profile-hangs") is not None:
+                time.sleep(3600)
+            ok = app["engine"].call("stop_profile")
+            if ok and prof.active:
+                write_frontend_trace(prof.cfg, prof.started_ns, prof.prefix)
+            prof.active = False
         if not ok:
-            return self.error(500, "EngineCore encountered an issue.", "EngineDeadError")
-        log("INFO", "api_router.py:47", "Profiler stopped.")
+            return self.error(500, ENGINE_DEAD, "EngineDeadError")
+        log("INFO", "api_router.py:52", "Profiler stopped.")
         self.reply(200, b"", "")
 
 
@@ -1190,7 +1255,7 @@ class Generation:
         self.app, self.prompts, self.counts, self.n = app, prompts, counts, max_tokens
         self.ttft = env_float("VLLM_STANDIN_TTFT_MS", 20.0) / 1000
         self.tpot = env_float("VLLM_STANDIN_TPOT_MS", 5.0) / 1000
-        self.ident = f"cmpl-{uuid.uuid4().hex}"
+        self.ident = f"cmpl-{uuid.uuid4().hex[:16]}"
         self.created = int(time.time())
         self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self.rng = random.Random(json.dumps(prompts, sort_keys=True))
@@ -1218,17 +1283,23 @@ class Generation:
     def usage(self):
         prompt = sum(self.counts)
         return {"prompt_tokens": prompt, "total_tokens": prompt + self.n * len(self.prompts),
-                "completion_tokens": self.n * len(self.prompts), "prompt_tokens_details": None}
+                "completion_tokens": self.n * len(self.prompts)}
 
     def whole(self, handler):
         text = "".join(self.tokens())
         choices = [{"index": i, "text": text, "logprobs": None, "finish_reason": "length",
-                    "stop_reason": None, "prompt_logprobs": None}
+                    "stop_reason": None, "token_ids": None, "prompt_logprobs": None,
+                    "prompt_token_ids": None, "routed_experts": None}
                    for i in range(len(self.prompts))]
         self.record()
         handler.reply(200, {"id": self.ident, "object": "text_completion",
                             "created": self.created, "model": self.app["model_name"],
-                            "choices": choices, "usage": self.usage()})
+                            "choices": choices, "service_tier": None,
+                            "system_fingerprint": FINGERPRINT,
+                            "usage": {**self.usage(), "prompt_tokens_details": None,
+                                      "completion_tokens_details": None},
+                            "kv_transfer_params": None, "ec_transfer_params": None,
+                            "metrics": None})
 
     def stream(self, handler):
         handler.send_response(200)
@@ -1248,17 +1319,20 @@ class Generation:
             last = i == self.n - 1
             send({**base, "choices": [
                 {"index": k, "text": token, "logprobs": None,
-                 "finish_reason": "length" if last else None, "stop_reason": None}
-                for k in range(len(self.prompts))], "usage": None})
+                 "finish_reason": "length" if last else None, "stop_reason": None,
+                 "prompt_token_ids": None, "token_ids": None}
+                for k in range(len(self.prompts))]})
         self.record()
         if self.include_usage:
-            send({**base, "choices": [], "usage": self.usage()})
+            send({**base, "choices": [], "usage": self.usage(),
+                  "system_fingerprint": FINGERPRINT})
         send("[DONE]")
         handler.wfile.write(b"0\r\n\r\n")
 
 
-def write_frontend_trace(pcfg, started_ns):
-    """The API server's own (CPU) trace, unless ignore_frontend is set."""
+def write_frontend_trace(pcfg, started_ns, prefix=None):
+    """The API server's own (CPU) trace, unless ignore_frontend is set; its
+    profiler is a torch one on local rank 0, so it writes and prints a table too."""
     if pcfg["profiler"] != "torch" or pcfg["ignore_frontend"]:
         return
     trace_dir = pcfg["torch_profiler_dir"]
@@ -1272,16 +1346,21 @@ def write_frontend_trace(pcfg, started_ns):
                               "Detokenizer.update")):
         events.append({"ph": "X", "cat": "python_function", "name": name, "pid": pid,
                        "tid": pid, "ts": t0 + 50.0 * i, "dur": 40.0, "args": {}})
-    path = os.path.join(trace_dir, f"{socket.gethostname()}_{pid}.async_llm."
-                        f"{time.time_ns()}.pt.trace.json" +
+    name = f"{socket.gethostname()}_{pid}.async_llm"
+    if prefix:
+        name = f"{prefix}_{name}"
+    path = os.path.join(trace_dir, f"{name}.{time.time_ns()}.pt.trace.json" +
                         (".gz" if pcfg["torch_profiler_use_gzip"] else ""))
+    trace = {"schemaVersion": 1, "baseTimeNanoseconds": base, "traceEvents": events,
+             "traceName": path, "vllm_version": VERSION,
+             "vllm_version_tuple": VERSION.split(".")}
     try:
         os.makedirs(trace_dir, exist_ok=True)
-        write_trace_file(path, {"schemaVersion": 1, "baseTimeNanoseconds": base,
-                                "traceEvents": events, "traceName": path},
-                         pcfg["torch_profiler_use_gzip"], False)
+        write_trace_file(path, trace, pcfg["torch_profiler_use_gzip"], False)
+        if pcfg["torch_profiler_dump_cuda_time_total"]:
+            write_profiler_table(trace_dir, name, cuda_time_table(trace), print_it=True)
     except OSError as exc:
-        log("WARNING", "async_llm.py:803", f"Failed to stop profiler: {exc}")
+        log("WARNING", "wrapper.py:101", f"Failed to stop profiler: {exc}")
 
 
 def routes(profiler_on):
@@ -1296,6 +1375,16 @@ def routes(profiler_on):
         table["/start_profile"] = {"POST": "start_profile"}
         table["/stop_profile"] = {"POST": "stop_profile"}
     return table
+
+
+def sanitize_message(message):
+    """vLLM strips addresses, tracebacks and file paths from error messages."""
+    message = re.sub(r" at 0x[0-9a-fA-F]+>", ">", message)
+    message = re.sub(r'\n?\s*File "[^"]+", line \d+, in \S+(\n\s+.*)?', "", message)
+    message = re.sub(r"/(?:home|usr|opt|var|tmp|root|lib|mnt|srv)(?:/[\w.\-]+)+", "<path>",
+                     message)
+    message = re.sub(r"(?:/[\w\-]+)+/[\w\-]+\.\w+", "<path>", message)
+    return message.strip()
 
 
 def redact(args):
@@ -1349,8 +1438,14 @@ def api_main(argv):
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if profiler_on:
-        log("WARNING", "api_router.py:58", f"Profiler with mode '{pcfg['profiler']}' is "
+        log("WARNING", "api_router.py:60", f"Profiler with mode '{pcfg['profiler']}' is "
             "enabled in the API server. This should ONLY be used for local development!")
+    if profiler_on and pcfg["profiler"] == "torch" and not pcfg["ignore_frontend"]:
+        trace_dir = pcfg["torch_profiler_dir"]
+        log("INFO", "wrapper.py:764", "Torch profiler enabled. AsyncLLM CPU traces will be "
+            f"collected under {trace_dir}")
+        log("INFO", "wrapper.py:243", f"Torch profiling enabled. Traces will be saved to: "
+            f"{trace_dir}")
     engine = EngineLink({
         "model": model, "served_model_name": [model_name], "tp": args.tensor_parallel_size,
         "gpu_memory_utilization": args.gpu_memory_utilization,
@@ -1386,8 +1481,7 @@ def api_main(argv):
     grace = env_float("VLLM_STANDIN_DEAD_GRACE_S", 2.0)
     while not stop.wait(0.1):
         if engine.dead.is_set() and time.monotonic() - engine.dead_at >= grace:
-            log("ERROR", "api_server.py:1190", "Engine is dead; shutting down the server.")
-            break
+            break  # vLLM's health watchdog: the server shuts itself down
     uvicorn_log("Shutting down")
     server.shutdown()
     server.server_close()
