@@ -1,0 +1,307 @@
+"""One probe, two servers: what the stand-in does, vLLM 0.32 does.
+
+Every check below runs unchanged against the stand-in (``[standin]``) and
+vLLM's CPU build (``[real]``, marker ``real_vllm``). Each server is started
+twice: once without the profiler (HTTP, logs, process tree, then the engine is
+killed) and once with it (profiler endpoints and traces, then SIGTERM).
+Where the two may differ for a reason outside the contract (a GPU host's trace
+names, a CPU's profiler table), the pattern accepts both and says why.
+"""
+
+import gzip
+import json
+import os
+import re
+import signal
+import time
+
+import requests
+
+from contract_support import MAX_MODEL_LEN, SHARDS, WAIT_S, alive, cmdline, comm, wait_for
+
+VERSION = "0.32.0"
+PROMPT = "the gpu rank"
+NOT_FOUND = {"detail": "Not Found"}
+# Between the profile prefix and "rank0" comes the rest of vLLM's rank suffix:
+# "dp0_pp0_tp0_dcp0_ep0_" on a GPU host (and the stand-in), nothing on the CPU build
+# (get_worker_rank_suffix falls back to "rank0" there), so "(.*_)?" takes both.
+TRACE = re.compile(r"contract_(.*_)?rank0\.\d+\.pt\.trace\.json\.gz")
+TABLE = re.compile(r"contract_(.*_)?rank0\.profiler_out\.txt")
+DECODE_STEP = re.compile(r"execute_context_0\(0\)_generation_\d+\(\d+\)")
+# The keys of vLLM 0.32's completion answers (values may be null)
+COMPLETION_KEYS = {"id", "object", "created", "model", "choices", "usage", "service_tier",
+                   "system_fingerprint", "kv_transfer_params", "ec_transfer_params", "metrics"}
+CHOICE_KEYS = {"index", "text", "logprobs", "finish_reason", "stop_reason", "token_ids",
+               "prompt_logprobs", "prompt_token_ids", "routed_experts"}
+USAGE_KEYS = {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
+              "completion_tokens_details"}
+CHUNK_KEYS = {"id", "object", "created", "model", "choices"}
+CHUNK_CHOICE_KEYS = {"index", "text", "logprobs", "finish_reason", "stop_reason",
+                     "prompt_token_ids", "token_ids"}
+ERROR_KEYS = {"message", "type", "param", "code"}
+PROGRESS = re.compile(r"^Loading safetensors checkpoint shards: +(\d+)% Completed \| "
+                      r"(\d+)/(\d+) \[", re.M)
+
+
+def lines(output):
+    """Output lines, with tqdm's carriage returns taken as line ends too."""
+    return re.split(r"[\r\n]", output)
+
+
+def health(srv, timeout=10):
+    """/health status, None for a refused connection, 'no answer' for a timeout."""
+    try:
+        return srv.get("/health", timeout=timeout).status_code
+    except requests.ConnectionError:
+        return None
+    except requests.Timeout:
+        return "no answer"
+
+
+def wait_first_answer(srv):
+    """Poll /health from the start: refused while loading, then the first answer.
+    Returns (what came before it, the first answer)."""
+    before = []
+
+    def answered():
+        assert srv.proc.poll() is None, f"exited with {srv.proc.returncode}{srv.tail()}"
+        status = health(srv)
+        if status is None or status == "no answer":
+            before.append(status)
+            time.sleep(0.1)
+            return None
+        return status
+
+    first = wait_for(answered, timeout=WAIT_S, interval=0, what=f"{srv.name} /health")
+    return before, first
+
+
+def assert_ready(srv):
+    before, first = wait_first_answer(srv)
+    assert first == 200, f"first answer while loading was {first}, not 200{srv.tail()}"
+    assert before, "never saw the port refuse a connection during the load"
+    assert set(before) == {None}, f"accepted but did not answer during the load: {before}"
+
+
+def process_tree(srv):
+    """(engine pid, [worker pids]) below the API server, as vLLM names them."""
+    pids = srv.tree_pids()
+    engines = [pid for pid in pids if comm(pid) == "VLLM::EngineCor"]
+    assert len(engines) == 1, [(pid, comm(pid)) for pid in pids]
+    (engine,) = engines
+    assert cmdline(engine) == "VLLM::EngineCore"
+    workers = [pid for pid in pids if comm(pid).startswith("VLLM::Worker")]
+    return engine, workers
+
+
+def completion(srv, **fields):
+    body = {"model": str(srv.model), "prompt": PROMPT, "max_tokens": 5, "temperature": 0,
+            "ignore_eos": True, **fields}
+    return srv.post("/v1/completions", json=body)
+
+
+def assert_in_order(output, texts):
+    """Each text occurs in ``output`` after the one before it."""
+    position = 0
+    for text in texts:
+        found = output.find(text, position)
+        assert found >= 0, f"{text!r} not found after {texts[:texts.index(text)]}"
+        position = found + len(text)
+
+
+def sse_events(response):
+    events = [line[len("data: "):] for line in response.iter_lines(decode_unicode=True)
+              if line.startswith("data: ")]
+    assert events and events[-1] == "[DONE]", events
+    return [json.loads(event) for event in events[:-1]]
+
+
+# ---------------------------------------------------------------- without the profiler
+
+def test_loads_serves_and_exits_0_when_its_engine_is_killed(server):
+    srv = server.start()
+    assert_ready(srv)
+
+    # HTTP, as the roles and the campaign use it
+    ready = srv.get("/health")
+    assert (ready.status_code, ready.content) == (200, b"")
+    assert srv.get("/version").json() == {"version": VERSION}
+    models = srv.get("/v1/models").json()
+    assert models["object"] == "list"
+    (entry,) = models["data"]
+    assert (entry["id"], entry["object"], entry["owned_by"], entry["root"],
+            entry["max_model_len"]) == (str(srv.model), "model", "vllm", str(srv.model),
+                                        MAX_MODEL_LEN)
+
+    answer = completion(srv)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert set(body) == COMPLETION_KEYS
+    assert (body["object"], body["model"]) == ("text_completion", str(srv.model))
+    (choice,) = body["choices"]
+    assert set(choice) == CHOICE_KEYS
+    assert isinstance(choice["text"], str) and choice["finish_reason"] == "length"
+    usage = body["usage"]
+    assert set(usage) == USAGE_KEYS
+    assert usage["completion_tokens"] == 5 and usage["prompt_tokens"] >= 1
+    assert usage["total_tokens"] == usage["prompt_tokens"] + 5
+
+    # streamed, as the campaign sends its requests
+    streamed = completion(srv, max_tokens=3, stream=True,
+                          stream_options={"include_usage": True})
+    assert streamed.headers["content-type"].startswith("text/event-stream")
+    chunks = sse_events(streamed)
+    tokens = [c for c in chunks if c["choices"]]
+    assert len(tokens) == 3, chunks  # one chunk per token
+    assert all(set(c) == CHUNK_KEYS and set(c["choices"][0]) == CHUNK_CHOICE_KEYS
+               for c in tokens), tokens
+    assert [c["choices"][0]["finish_reason"] for c in tokens] == [None, None, "length"]
+    last = chunks[-1]
+    assert set(last) == CHUNK_KEYS | {"usage", "system_fingerprint"}, last
+    assert (last["choices"], set(last["usage"]), last["usage"]["completion_tokens"]) == (
+        [], {"prompt_tokens", "completion_tokens", "total_tokens"}, 3)
+
+    # Prometheus metrics after those two requests (8 tokens); labels sorted by name
+    metrics = srv.get("/metrics").text
+    labels = f'engine="0",model_name="{srv.model}"'
+    for line in (f"vllm:generation_tokens_total{{{labels}}} 8.0",
+                 f'vllm:request_success_total{{engine="0",finished_reason="length",'
+                 f'model_name="{srv.model}"}} 2.0',
+                 f'vllm:request_success_total{{engine="0",finished_reason="stop",'
+                 f'model_name="{srv.model}"}} 0.0',
+                 f"vllm:num_requests_running{{{labels}}} 0.0",
+                 f"vllm:time_to_first_token_seconds_count{{{labels}}} 2.0",
+                 f"vllm:inter_token_latency_seconds_count{{{labels}}} 6.0",
+                 f"vllm:request_time_per_output_token_seconds_count{{{labels}}} 2.0",
+                 f"vllm:e2e_request_latency_seconds_count{{{labels}}} 2.0",
+                 f'vllm:e2e_request_latency_seconds_bucket{{engine="0",le="+Inf",'
+                 f'model_name="{srv.model}"}} 2.0'):
+        assert line in metrics.splitlines(), line
+    for family in ("vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                   "vllm:prompt_tokens_total", "vllm:time_to_first_token_seconds_created"):
+        assert re.search(rf"^{family}{{{re.escape(labels)}}} [\d.e+-]+$", metrics, re.M), family
+
+    unknown = completion(srv, model="no-such-model")
+    assert unknown.status_code == 404
+    error = unknown.json()["error"]
+    assert (set(error), error["type"], error["code"], error["param"]) == (
+        ERROR_KEYS, "NotFoundError", 404, "model")
+    assert error["message"].startswith(
+        "The model `no-such-model` does not exist. Valid aliases: "), error
+    too_long = completion(srv, max_tokens=5000)
+    assert (too_long.status_code, too_long.json()) == (400, {"error": {
+        "message": f"max_tokens=5000 cannot be greater than max_model_len={MAX_MODEL_LEN}. "
+                   "Please request fewer output tokens. (parameter=max_tokens, value=5000)",
+        "type": "BadRequestError", "param": "max_tokens", "code": 400}})
+
+    missing = srv.get("/no-such-path")
+    assert (missing.status_code, missing.json()) == (404, NOT_FOUND)
+    for path in ("/start_profile", "/stop_profile"):  # only with --profiler-config
+        answer = srv.post(path)
+        assert (answer.status_code, answer.json()) == (404, NOT_FOUND), path
+
+    # logs: tqdm's shard progress (raw stderr, no process prefix), then readiness
+    output = srv.log()
+    progress = PROGRESS.findall("\n".join(lines(output)))
+    assert progress, f"no shard progress line{srv.tail()}"
+    assert progress[0][1:] == ("0", str(SHARDS)) and progress[-1] == (
+        "100", str(SHARDS), str(SHARDS)), progress
+    assert_in_order(output, [f"{SHARDS}/{SHARDS} [",
+                             "init engine (profile, create kv cache, warmup model) took",
+                             f"Starting vLLM server on http://127.0.0.1:{srv.port}",
+                             "INFO:     Application startup complete."])
+    assert re.search(r"^\(EngineCore\S* pid=\d+\) INFO .* init engine \(profile, create kv "
+                     r"cache, warmup model\) took [\d.]+ s$", output, re.M)
+    assert re.search(r"^INFO:     Started server process \[\d+\]$", output, re.M)
+    assert re.search(r'^INFO:     127\.0\.0\.1:\d+ - "GET /version HTTP/1\.1" 200 OK$',
+                     output, re.M), "uvicorn's access log line, unprefixed"
+
+    # the process tree: API server -> VLLM::EngineCore -> VLLM::Worker (TP 1)
+    engine, workers = process_tree(srv)
+    assert [comm(pid) for pid in workers] == ["VLLM::Worker"]
+    assert cmdline(workers[0]) == "VLLM::Worker"
+    tree = [srv.proc.pid, *srv.tree_pids()]
+
+    # SIGKILL the engine: 503 (never 200 again), then the server exits 0 on its own
+    assert srv.get("/health").status_code == 200
+    os.kill(engine, signal.SIGKILL)
+    statuses = []
+
+    def exited():
+        statuses.append(health(srv, timeout=5))
+        time.sleep(0.05)
+        return srv.proc.poll() is not None
+
+    wait_for(exited, timeout=WAIT_S, interval=0, what=f"{srv.name} to exit after its engine")
+    assert srv.proc.returncode == 0, f"exit status {srv.proc.returncode}{srv.tail()}"
+    assert 503 in statuses, statuses
+    after = statuses[next(i for i, s in enumerate(statuses) if s != 200):]
+    assert set(after) <= {503, None}, f"healthy again after the engine died: {statuses}"
+    wait_for(lambda: not any(alive(pid) for pid in tree), timeout=WAIT_S,
+             what=f"{srv.name}'s processes {tree} to be gone")
+    output = srv.log()
+    assert "[shutdown] MPClient: engine core exited unexpectedly; starting cleanup" in output
+    assert re.search(r"EngineDeadError: EngineCore encountered an issue\.", output)
+    assert "INFO:     Application shutdown complete." in output
+
+
+# ---------------------------------------------------------------- with the profiler
+
+def test_profiler_endpoints_traces_and_sigterm(server, tmp_path):
+    traces = tmp_path / "traces"
+    srv = server.start("--profiler-config", json.dumps({
+        "profiler": "torch", "torch_profiler_dir": str(traces),
+        "torch_profiler_with_stack": False, "ignore_frontend": True}))
+    assert_ready(srv)
+    _, (worker,) = process_tree(srv)
+
+    idle_stop = srv.post("/stop_profile", timeout=WAIT_S)
+    assert (idle_stop.status_code, idle_stop.content) == (200, b""), idle_stop.text
+    started = srv.post("/start_profile", json={"profile_prefix": "contract"})
+    assert (started.status_code, started.content) == (200, b""), started.text
+    again = srv.post("/start_profile")
+    assert again.status_code == 409, again.text
+    assert again.json() == {"error": {
+        "message": "A profiling session is already active. Call /stop_profile before "
+                   "starting another session.",
+        "type": "Conflict", "param": None, "code": 409}}
+    assert completion(srv).status_code == 200
+    stopped = srv.post("/stop_profile", timeout=WAIT_S)
+    assert (stopped.status_code, stopped.content) == (200, b""), stopped.text
+    stopped_again = srv.post("/stop_profile", timeout=WAIT_S)
+    assert stopped_again.status_code == 200, stopped_again.text
+
+    # what the ranks wrote: one trace and one table (ignore_frontend: no API server trace)
+    names = sorted(path.name for path in traces.iterdir())
+    assert len(names) == 2, names
+    assert [n for n in names if TRACE.fullmatch(n)] and [n for n in names if TABLE.fullmatch(n)], \
+        names
+    (trace_name,) = [n for n in names if TRACE.fullmatch(n)]
+    with gzip.open(traces / trace_name, "rt") as fh:
+        trace = json.load(fh)
+    assert (trace["distributedInfo"]["rank"], trace["distributedInfo"]["world_size"]) == (0, 1)
+    assert trace["vllm_version"] == VERSION
+    steps = [event for event in trace["traceEvents"] if event.get("cat") == "user_annotation"
+             and DECODE_STEP.fullmatch(event.get("name", ""))]
+    assert steps, "no decode-step annotation in the trace"
+    assert {event["pid"] for event in steps} == {worker}
+    assert (traces / next(n for n in names if TABLE.fullmatch(n))).read_text().strip()
+
+    output = srv.log()
+    assert_in_order(output, ["Stopping profiler...",  # the idle stop: 200, and a warning
+                             "Profiler was not started, nothing to stop.", "Profiler stopped.",
+                             "Starting profiler...", "Profiler started.",
+                             "Starting profiler...",  # the 409 is logged as a start too
+                             "Stopping profiler...", "Profiler stopped successfully.",
+                             "Profiler stopped."])
+    assert f"Torch profiling enabled. Traces will be saved to: {traces}" in output
+    # rank 0 prints the table to stdout as print() does: no process prefix
+    assert re.search(r"^Self (CPU|CUDA) time total: [\d.]+m?s$", output, re.M), srv.tail()
+
+    # SIGTERM (systemctl stop): the whole tree goes, exit status 0
+    tree = [srv.proc.pid, *srv.tree_pids()]
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.wait_exit(timeout=WAIT_S) == 0, srv.tail()
+    wait_for(lambda: not any(alive(pid) for pid in tree), timeout=WAIT_S,
+             what=f"{srv.name}'s processes {tree} to be gone")
+    assert "INFO:     Application shutdown complete." in srv.log()
