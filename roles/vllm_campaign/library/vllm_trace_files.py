@@ -14,7 +14,8 @@ description:
     polls, then checks it is complete (a gzip stream read to its end, CRC included) and returns
     its size and SHA-256.
   - Fails naming the rank and the problem when a file is missing, ambiguous or damaged.
-  - Also lists the C(profiler_out_<N>.txt) tables the ranks wrote, which belong to the campaign.
+  - Also lists the C(<prefix>_*rank<N>.profiler_out.txt) tables the ranks wrote (vLLM names
+    them after the trace, without the timestamp), which belong to the campaign.
   - Reads only; reports C(changed=false).
 options:
   directory:
@@ -53,7 +54,7 @@ traces:
     bytes: {description: Its size., type: int}
     sha256: {description: Its SHA-256., type: str}
 tables:
-  description: The profiler_out tables in the directory.
+  description: The campaign's profiler_out tables in the directory, in rank order.
   type: list
   elements: str
   returned: success
@@ -73,14 +74,18 @@ class TraceError(Exception):
     pass
 
 
-def rank_files(directory, prefix, ranks):
-    """{rank: [file names]} for the campaign's traces."""
-    pattern = re.compile(r"^%s_.*rank(\d+)\.\d+\.pt\.trace\.json(\.gz)?$" % re.escape(prefix))
+TRACE_SUFFIX = r"\.\d+\.pt\.trace\.json(\.gz)?"
+TABLE_SUFFIX = r"\.profiler_out\.txt"
+
+
+def rank_files(directory, prefix, ranks, suffix=TRACE_SUFFIX):
+    """{rank: [file names]} for the campaign's traces (or, with TABLE_SUFFIX, its tables)."""
+    pattern = re.compile(r"^%s_(.*_)?rank(\d+)%s$" % (re.escape(prefix), suffix))
     found = {rank: [] for rank in range(ranks)}
     for name in sorted(os.listdir(directory)):
         match = pattern.match(name)
-        if match and int(match.group(1)) in found:
-            found[int(match.group(1))].append(name)
+        if match and int(match.group(2)) in found:
+            found[int(match.group(2))].append(name)
     return found
 
 
@@ -147,8 +152,8 @@ def find(directory, prefix, ranks, timeout_s, poll_s, clock=time.monotonic, slee
             raise TraceError("rank %d: %s" % (rank, exc)) from exc
         traces.append({"rank": rank, "path": path, "file": found[rank][0], "bytes": os.path.getsize(path),
                        "sha256": sha})
-    tables = sorted(os.path.join(directory, n) for n in os.listdir(directory)
-                    if re.match(r"^profiler_out_\d+\.txt$", n))
+    tables = [os.path.join(directory, name)
+              for names in rank_files(directory, prefix, ranks, TABLE_SUFFIX).values() for name in names]
     return traces, tables
 
 
