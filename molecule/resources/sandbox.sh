@@ -3,7 +3,9 @@
 # the way production hosts are, over SSH on a loopback port as the
 # unprivileged user `ops`, who has sudo for `become`.
 #
-#   sandbox.sh up NAME SSH_PORT    start (or reuse) NAME, print when SSH works
+#   sandbox.sh up NAME SSH_PORT [VOLUME...]
+#                                  start (or reuse) NAME, print when SSH works;
+#                                  each VOLUME is a podman --volume argument
 #   sandbox.sh down NAME           remove NAME (no error if it is absent)
 #
 # The SSH key pair lives in .sandbox/ at the repository root (git-ignored).
@@ -36,12 +38,17 @@ booted() {
 }
 
 up() {
-    local name=$1 port=$2
+    local name=$1 port=$2 volume
+    local volumes=()
+    shift 2
+    for volume in "$@"; do
+        volumes+=(--volume "$volume")
+    done
     ensure_key
     if ! podman container exists "$name"; then
         podman run -d --name "$name" --hostname "$name" \
             --systemd=always --cap-add SYS_PTRACE --shm-size 1g \
-            --publish "127.0.0.1:$port:22" \
+            --publish "127.0.0.1:$port:22" "${volumes[@]}" \
             --label vllm-ops.sandbox=1 \
             "$image" /sbin/init >/dev/null
     elif [ "$(podman container inspect -f '{{.State.Running}}' "$name")" != true ]; then
@@ -61,10 +68,13 @@ down() {
 }
 
 case "${1:-}" in
-up) up "${2:?NAME}" "${3:?SSH_PORT}" ;;
+up)
+    shift
+    up "${1:?NAME}" "${2:?SSH_PORT}" "${@:3}"
+    ;;
 down) down "${2:?NAME}" ;;
 *)
-    echo "usage: sandbox.sh up NAME SSH_PORT | down NAME" >&2
+    echo "usage: sandbox.sh up NAME SSH_PORT [VOLUME...] | down NAME" >&2
     exit 2
     ;;
 esac

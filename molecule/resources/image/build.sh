@@ -7,7 +7,7 @@ set -euo pipefail
 
 name=${1:?usage: build.sh IMAGE_NAME}
 here=$(cd "$(dirname "$0")" && pwd)
-packages=$(grep -v '^#' "$here/packages.txt" | paste -sd, -)
+packages=$(grep -v -e "^#" -e "^$" "$here/packages.txt" | paste -sd, -)
 recipe=$(cat "$0" "$here/packages.txt" | sha256sum | cut -c1-12)
 tag="$name:$recipe"
 
