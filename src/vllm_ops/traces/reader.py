@@ -72,13 +72,46 @@ _SPILL = struct.Struct("<ddIq")
 _SPILL_READ = _SPILL.size * 37449  # ~1 MiB read back at a time
 _SPILL_BUFFER = 1 << 20
 
-_FAST_START = re.compile(rb'"traceEvents"\s*:\s*\[\n  \{\n    "')
-_FAST_EVENT = re.compile(
-    rb'\n    "ph": "X", "cat": "(kernel|gpu_memcpy|gpu_memset|gpu_user_annotation|user_annotation'
-    rb'|cuda_runtime(?=", "name": "cudaGraphLaunch))", "name": "([^"\\]*(?:\\.[^"\\]*)*)", '
-    rb'"pid": ([^,\n]*), "tid": [^,\n]*,\n    "ts": ([^,\n]*), "dur": ([^,\n]*),\n    "args": \{\n'
-    rb'(?:[^\n]*?"correlation": (\d+))?'  # torch writes the args on one line; else see _fast_correlation
-)
+# Where the events start, with the indents of an event's brace and of its keys.
+_FAST_START = re.compile(rb'"traceEvents"\s*:\s*\[[ \t]*(?:\n[ \t]*)*?\n( *)\{\n( *)"')
+_FAST_CATS = rb"kernel|gpu_memcpy|gpu_memset|gpu_user_annotation|user_annotation"
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """One of the layouts the fast path parses: the regex for an event of interest, the
+    text that opens an event (pieces are cut before it) and the text that closes its args."""
+
+    event: re.Pattern
+    opens: bytes
+    args_end: bytes
+
+
+def _compact_layout() -> _Layout:
+    """torch <= 2.12: ``"ph": "X", "cat": ..., "name": ..., "pid": ..., "tid": ...`` on the
+    first line of an event, ``ts`` and ``dur`` on the second, the args on one line."""
+    return _Layout(re.compile(
+        rb'\n    "ph": "X", "cat": "(' + _FAST_CATS +
+        rb'|cuda_runtime(?=", "name": "cudaGraphLaunch))", "name": "([^"\\]*(?:\\.[^"\\]*)*)", '
+        rb'"pid": ([^,\n]*), "tid": [^,\n]*,\n    "ts": ([^,\n]*), "dur": ([^,\n]*),\n    "args": \{\n'
+        rb'(?:[^\n]*?"correlation": (\d+))?'  # torch writes the args on one line; else see _fast_correlation
+    ), b"\n  {", b"\n    }")
+
+
+def _key_per_line_layout(brace: bytes, key: bytes) -> _Layout:
+    """One key per line, in torch's order (ph, cat, name, pid, tid, ts, dur, args): what
+    torch 2.13 writes (``"dur": ...`` then ``,`` on a line of its own before ``"args"``;
+    braces indented 2, keys 4), and also ``json.dump(indent=N)`` of a torch trace."""
+    k = rb"\n" + key
+    return _Layout(re.compile(
+        k + rb'"ph": "X",' + k + rb'"cat": "(' + _FAST_CATS +
+        rb'|cuda_runtime(?=",' + k + rb'"name": "cudaGraphLaunch))",' + k +
+        rb'"name": "([^"\\]*(?:\\.[^"\\]*)*)",' + k + rb'"pid": ([^,\n]*),' + k + rb'"tid": [^,\n]*,' + k +
+        rb'"ts": ([^,\n]*),' + k + rb'"dur": ([^,\n]*?)(?:' + k + rb')?,' + k + rb'"args": \{\n'
+        rb'(?:[^}]*?"correlation": (\d+))?'  # within the args (up to their first '}')
+    ), b"\n" + brace + b"{", k + b"}")
+
+
 _CORRELATION = re.compile(rb'"correlation": (\d+)')
 _DIGITS = re.compile(r"\d+")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
@@ -385,8 +418,26 @@ def _decode_json_string(raw: bytes) -> str:
     return json.loads(b'"' + raw + b'"')
 
 
+def _fast_layout(buf: bytes, m: re.Match) -> _Layout:
+    """The layout of the events, from the indents of the first one and from whether the
+    first complete event has its keys on one line (torch <= 2.12) or one per line."""
+    brace, key = m.group(1), m.group(2)
+    x = buf.find(b'"ph": "X"', m.start())
+    if x >= 0:
+        per_line = buf.startswith(b",\n", x + 9)
+    else:  # no complete event in the head: look at the first event's first line
+        eol = buf.find(b"\n", m.end())
+        per_line = b', "' not in buf[m.end():eol if eol >= 0 else len(buf)]
+    if not per_line and brace == b"  " and key == b"    ":
+        return _compact_layout()
+    if not per_line:
+        raise _LayoutMismatch(f"an event's keys on one line with indents {len(brace)}/{len(key)}")
+    return _key_per_line_layout(brace, key)
+
+
 def _fast_pieces(stream: _Stream):
-    """The decompressed text of the traceEvents array, in pieces cut between events."""
+    """The layout and the decompressed text of the traceEvents array, in pieces cut
+    between events."""
     buf = stream.read()
     m = _FAST_START.search(buf)
     while m is None and len(buf) < _HEAD_KEEP:
@@ -397,6 +448,8 @@ def _fast_pieces(stream: _Stream):
         m = _FAST_START.search(buf)
     if not buf.lstrip().startswith(b"{") or m is None:
         raise _LayoutMismatch("no torch-style traceEvents array at the start")
+    layout = _fast_layout(buf, m)
+    opens = layout.opens
     pos = m.start()
     data_end = False
     while True:
@@ -407,11 +460,11 @@ def _fast_pieces(stream: _Stream):
         else:
             buf = buf[pos:] + more
             pos = 0
-            cut = buf.rfind(b"\n  {")
+            cut = buf.rfind(opens)
             if cut <= 0:
                 continue
             piece, buf = buf[:cut], buf[cut:]
-        yield piece
+        yield layout, piece
         if data_end:
             break
     if stream.total == 0:
@@ -421,11 +474,11 @@ def _fast_pieces(stream: _Stream):
 
 
 def _fast_scan(stream: _Stream, b: _Builder) -> None:
-    for piece in _fast_pieces(stream):
-        _fast_piece(piece, b)
+    for layout, piece in _fast_pieces(stream):
+        _fast_piece(piece, b, layout)
 
 
-def _fast_piece(piece: bytes, b: _Builder) -> None:
+def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
     """Parse the events of interest in one piece with a single regex pass, spill its GPU
     activities, then check that every occurrence of their categories in the piece was
     parsed (one layout per file is assumed; the first event's layout was checked before)."""
@@ -436,7 +489,8 @@ def _fast_piece(piece: bytes, b: _Builder) -> None:
     record = records.append
     launch = d.graph_launch_corr.append
     kernels = gpu = launches = 0
-    for m in _FAST_EVENT.finditer(piece):
+    args_end = layout.args_end
+    for m in layout.event.finditer(piece):
         cat, name, pid, ts, dur, corr = m.groups()
         try:
             tsf, durf = float(ts), float(dur)
@@ -450,7 +504,7 @@ def _fast_piece(piece: bytes, b: _Builder) -> None:
             nid = intern.get((cat, name))
             if nid is None:
                 nid = name_id((cat, name), cat.decode(), _decode_json_string(name), pid)
-            record(pack(tsf, durf, nid, int(corr) if corr else _fast_correlation(piece, m.end())))
+            record(pack(tsf, durf, nid, int(corr) if corr else _fast_correlation(piece, m.end(), args_end)))
         elif cat == b"gpu_user_annotation":
             gpu += 1
             b.gpu_span(_decode_json_string(name), tsf, durf)
@@ -458,7 +512,7 @@ def _fast_piece(piece: bytes, b: _Builder) -> None:
             b.cpu_span(_decode_json_string(name), tsf, durf)
         else:  # cudaGraphLaunch
             launches += 1
-            c = int(corr) if corr else _fast_correlation(piece, m.end())
+            c = int(corr) if corr else _fast_correlation(piece, m.end(), args_end)
             if c >= 0:
                 launch(c)
     if (kernels != piece.count(b'"cat": "kernel"') or gpu != piece.count(b'"cat": "gpu_')
@@ -469,16 +523,12 @@ def _fast_piece(piece: bytes, b: _Builder) -> None:
     b.spill.write(b"".join(records))
 
 
-def _fast_correlation(piece: bytes, start: int) -> int:
+def _fast_correlation(piece: bytes, start: int, args_end: bytes) -> int:
     """The ``"correlation"`` in the args of the event whose args start at ``start``, or -1
-    (where _FAST_EVENT did not find it on the first line of the args)."""
-    m = _CORRELATION.search(piece, start, _args_end(piece, start))
+    (where the layout's regex did not find it at the start of the args)."""
+    end = piece.find(args_end, start)
+    m = _CORRELATION.search(piece, start, len(piece) if end < 0 else end)
     return int(m.group(1)) if m else -1
-
-
-def _args_end(piece: bytes, start: int) -> int:
-    end = piece.find(b"\n    }", start)
-    return len(piece) if end < 0 else end
 
 
 def _general_events(stream: _Stream):

@@ -49,7 +49,28 @@ def _torch_event(ev: dict) -> str:
     return text + "\n  }"
 
 
+def _pretty_event(ev: dict) -> str:
+    """One event as torch 2.13's exporter writes it (vLLM 0.32; see the real trace in data/):
+    one key per line, and a complete event puts the comma before ``"args"`` on its own line."""
+    d = json.dumps
+    keys = [f"    {d(k)}: {d(v)}" for k, v in ev.items() if k != "args"]
+    text = "  {\n" + ",\n".join(keys)
+    if "args" in ev:
+        inner = ", ".join(f"{d(k)}: {d(v)}" for k, v in ev["args"].items())
+        text += ("\n    ," if ev.get("ph") == "X" else ",") + f'\n    "args": {{\n      {inner}\n    }}'
+    return text + "\n  }"
+
+
 def render(doc: dict, layout: str = "torch") -> str:
+    """The document in one of the layouts: ``torch`` (torch <= 2.12's exporter), ``pretty``
+    (torch 2.13's, one key per line), ``indent`` (json.dump, indent 4) or ``minified``."""
+    if layout == "pretty":
+        head = {k: v for k, v in doc.items() if k != "traceEvents" and k != "traceName"}
+        parts = [" {"] + [f"    {json.dumps(k)}: {json.dumps(v)}," for k, v in head.items()]
+        parts.append('    "traceEvents": [\n    ')
+        parts.append(",\n".join(_pretty_event(e) for e in doc["traceEvents"]))
+        parts.append(f'  ],"traceName": {json.dumps(doc.get("traceName", "/tmp/trace.json"))} }}')
+        return "\n".join(parts)
     if layout == "minified":
         return json.dumps(doc, separators=(",", ":"))
     if layout == "indent":

@@ -196,3 +196,16 @@ def test_cpu_trace_without_matching_annotations_names_the_cpu_ones(tmp_path):
     (w,) = [w for w in s["warnings"] if "no decode steps match" in w]
     assert "CPU annotation names seen: execute_context_N(N)_generation_N(N) x17." in w
     assert "no GPU projection" not in w  # nothing to project: there is no GPU kernel to attribute
+
+
+def test_the_real_vllm_032_trace_takes_the_fast_path():
+    # torch 2.13's exporter writes one key per line; parser="fast" raises where it would fall back.
+    patterns = {"decode": re.compile(r"^execute_context_0\(0\)_generation_[1-9]")}
+    fast = read_trace(str(CPU_TRACE), patterns, parser="fast")
+    general = read_trace(str(CPU_TRACE), patterns, parser="general")
+    assert fast.parser == "fast" and read_trace(str(CPU_TRACE), patterns).parser == "fast"
+    fields = ("rank", "world_size", "devices", "names", "activities", "kernels", "kinds", "cpu_spans",
+              "gpu_annotation_names", "cpu_annotation_names", "graph_launch_corr", "bad_events")
+    assert [getattr(fast, f) for f in fields] == [getattr(general, f) for f in fields]
+    assert len(fast.cpu_spans["decode"]) == len(_by_hand()[1]) > 0
+    assert summarize([str(CPU_TRACE)]) == summarize([str(CPU_TRACE)], parser="general")

@@ -75,8 +75,8 @@ def spill_dirs(tmp_path, monkeypatch):
     return tmp, sizes
 
 
-@pytest.mark.parametrize("parser", ["fast", "general"])
-def test_retained_memory_does_not_grow_with_activity_count(write_trace, ev, monkeypatch, parser, spill_dirs):
+@pytest.mark.parametrize("parser,layout", [("fast", "torch"), ("fast", "pretty"), ("general", "torch")])
+def test_retained_memory_does_not_grow_with_activity_count(write_trace, ev, monkeypatch, parser, layout, spill_dirs):
     # Small chunks, head and tail, spill buffer and read-back chunk, so that both files
     # span many chunks and buffers are the same size for both.
     monkeypatch.setattr(reader, "CHUNK", 64 << 10)
@@ -84,8 +84,8 @@ def test_retained_memory_does_not_grow_with_activity_count(write_trace, ev, monk
     monkeypatch.setattr(reader, "_TAIL_KEEP", 64 << 10)
     monkeypatch.setattr(reader, "_SPILL_BUFFER", 16 << 10)
     monkeypatch.setattr(reader, "_SPILL_READ", reader._SPILL.size * 512)
-    small_path = write_trace("small.json", _events(ev, 250), gz=False)
-    big_path = write_trace("big.json", _events(ev, 2500), gz=False)
+    small_path = write_trace("small.json", _events(ev, 250), gz=False, layout=layout)
+    big_path = write_trace("big.json", _events(ev, 2500), gz=False, layout=layout)
     small, small_kept, small_peak = _measure(small_path, parser)
     big, big_kept, big_peak = _measure(big_path, parser)
     assert small.parser == big.parser == parser

@@ -97,10 +97,9 @@ def test_overlapping_spans_count_an_activity_once(write_trace, ev):
         assert decode.total_us == [3.0] and decode.calls == [2]
 
 
-@pytest.mark.parametrize("layout", ["minified", "indent"])
-def test_other_layouts_use_the_general_parser(write_trace, ev, layout):
+def test_minified_layout_uses_the_general_parser(write_trace, ev):
     torch_path = write_trace("a.json.gz", _events(ev), rank=1, world_size=2)
-    other_path = write_trace("b.json.gz", _events(ev), rank=1, world_size=2, layout=layout)
+    other_path = write_trace("b.json.gz", _events(ev), rank=1, world_size=2, layout="minified")
     other = read_trace(other_path, PATTERNS)
     assert other.parser == "general"
     assert _fingerprint(other) == _fingerprint(read_trace(torch_path, PATTERNS))
@@ -108,26 +107,43 @@ def test_other_layouts_use_the_general_parser(write_trace, ev, layout):
         read_trace(other_path, PATTERNS, parser="fast")
 
 
-def test_one_odd_event_sends_the_whole_file_to_the_general_parser(tmp_path, ev):
+@pytest.mark.parametrize("layout", ["pretty", "indent"])
+def test_one_key_per_line_layouts_take_the_fast_path(write_trace, ev, layout):
+    # torch 2.13's exporter (vLLM 0.32) writes one key per line; json.dump(indent=4) of a
+    # torch trace keeps torch's key order. parser="fast" raises where it would fall back.
+    torch_path = write_trace("a.json.gz", _events(ev), rank=1, world_size=2)
+    other_path = write_trace("b.json.gz", _events(ev), rank=1, world_size=2, layout=layout)
+    other = read_trace(other_path, PATTERNS, parser="fast", keep_calls=_keep_nvjet)
+    assert other.parser == "fast"
+    assert _fingerprint(other) == _fingerprint(read_trace(torch_path, PATTERNS, keep_calls=_keep_nvjet))
+    assert read_trace(other_path, PATTERNS).parser == "fast"
+
+
+@pytest.mark.parametrize("layout", ["torch", "pretty"])
+def test_one_odd_event_sends_the_whole_file_to_the_general_parser(tmp_path, ev, layout):
     doc = {"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": _events(ev)}
-    text = ev.render(doc)
+    text = ev.render(doc, layout)
     # Re-lay one kernel with its keys in another order: the fast regex misses it, the count check sees it.
     odd = '  {"cat": "kernel", "ph": "X", "name": "hidden", "pid": 0, "tid": 7, "ts": 30.0, "dur": 2.0}'
-    text = text.replace('  "traceEvents": [\n', '  "traceEvents": [\n' + odd + ",\n", 1)
+    at = text.rindex("  {\n")  # before the last event: the first one sets the layout
+    text = text[:at] + odd + ",\n" + text[at:]
     path = tmp_path / "odd.json"
     path.write_text(text)
+    with pytest.raises(TraceInputError, match="laid out differently"):
+        read_trace(str(path), PATTERNS, parser="fast")
     data = read_trace(str(path), PATTERNS)
     assert data.parser == "general"
     assert "hidden" in data.names
 
 
-def test_small_chunks_cut_between_events(write_trace, ev, monkeypatch):
+@pytest.mark.parametrize("layout", ["torch", "pretty", "indent"])
+def test_small_chunks_cut_between_events(write_trace, ev, monkeypatch, layout):
     events = []
     for i in range(200):
         events.append(ev.kernel(f"k{i % 7}", 100.0 + i, 0.5, corr=i))
         events.append(ev.cpu_op("aten::add", 100.0 + i, 0.1))
     events.append(ev.span("decode_step", 99.0, 300.0))
-    path = write_trace("chunks.json.gz", events)
+    path = write_trace("chunks.json.gz", events, layout=layout)
     whole = read_trace(path, PATTERNS, parser="fast")
     monkeypatch.setattr(reader, "CHUNK", 97)
     small = read_trace(path, PATTERNS, parser="fast")

@@ -1,12 +1,14 @@
 """The real traces in ../shared/traces, checked against plain json.load computations."""
 
 import gzip
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from vllm_ops.traces import summarize
+from vllm_ops.traces.reader import read_trace
 
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
@@ -122,6 +124,47 @@ def test_parsers_agree_and_see_every_gpu_activity(real_traces, name):
         total = sum(e["dur"] for e in acts if any(a <= e["ts"] < b for a, b in spans))
         entry = auto["ranks"][0]
         assert entry["cuda_ms_per_step"] * entry["decode_steps"] == pytest.approx(total / 1000, rel=1e-3, abs=1e-3)
+
+
+@pytest.mark.parametrize("name", [
+    "h200_tp2_decode/tp2_rank0.pt.trace.json.gz",
+    "public/tracelens_b200_vllm_tp8_rank0.json.gz",  # json.dump(indent=4): one key per line
+    "public/hta_a100_nccl_rank0.json.gz",
+    "public/hta_v100_allreduce_rank1.json.gz",
+])
+def test_real_traces_take_the_fast_path(real_traces, name):
+    assert read_trace(str(real_traces / name), parser="fast").parser == "fast"
+
+
+def _gen_traces():
+    bench = Path(__file__).resolve().parents[3] / "bench" / "gen_traces.py"
+    spec = importlib.util.spec_from_file_location("gen_traces", bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_h200_relaid_one_key_per_line_reads_fast_and_alike(real_traces, tmp_path):
+    """The H200 ranks re-laid as torch 2.13 (vLLM 0.32) writes traces: the same summary, by
+    the fast path, as the compact originals and as the general parser on either layout."""
+    relayout = _gen_traces().relayout_pretty
+    for r in (0, 1):
+        src = real_traces / "h200_tp2_decode" / f"tp2_rank{r}.pt.trace.json.gz"
+        text = relayout(gzip.decompress(src.read_bytes()))
+        assert b'\n    "ph": "X",\n    "cat": "kernel",\n    "name": ' in text
+        (tmp_path / src.name).write_bytes(gzip.compress(text, 1))
+        assert read_trace(str(tmp_path / src.name), parser="fast").parser == "fast"
+    kwargs = {"decode_pattern": "^decode_step$"}
+    pretty = summarize([str(tmp_path)], **kwargs)
+    compact = summarize([str(real_traces / "h200_tp2_decode")], **kwargs)
+    for s in (pretty, compact):
+        for entry in s["ranks"]:
+            entry.pop("file")
+    assert pretty == compact
+    general = summarize([str(tmp_path)], parser="general", **kwargs)
+    for entry in general["ranks"]:
+        entry.pop("file")
+    assert pretty == general
 
 
 def test_v100_old_nccl_names_are_allreduce(real_traces):
