@@ -31,12 +31,14 @@ flow arrow is dropped as it streams by, and everything else in the document is s
 
 Two parsers share one result type:
 
-* the *fast* path exploits the fixed layout torch's exporter writes (one event per few
-  lines, ``"ph": "X", "cat": "kernel", "name": ...`` on the first line of an event). It
-  checks the first event's layout, parses the interesting events with one regular
-  expression over large decompressed chunks, and checks, chunk by chunk, that the
-  number of ``"cat": "kernel"``, ``"cat": "gpu_...`` and ``"name": "cudaGraphLaunch``
-  occurrences equals what it parsed; on any disagreement the general parser reads the
+* the *fast* path exploits the fixed layouts torch's exporter writes: up to torch 2.12
+  one event per few lines (``"ph": "X", "cat": "kernel", "name": ...`` on the first line
+  of an event); from torch 2.13 (vLLM 0.32) one key per line, in the same key order
+  (``json.dump(indent=N)`` of a torch trace reads the same way). It picks the layout
+  from the first event (indents; keys on one line or not), parses the interesting events
+  with that layout's regular expression over large decompressed chunks, and checks, chunk
+  by chunk, that the number of ``"cat": "kernel"``, ``"cat": "gpu_...`` and
+  ``"name": "cudaGraphLaunch`` occurrences equals what it parsed; on any disagreement the general parser reads the
   file instead (from the start, with a fresh spill). It checks the document's outline
   (starts with ``{``, ends with ``}``) but not the syntax of events it skips.
 * the *general* path parses any valid JSON with ijson (yajl2_c backend) and validates
