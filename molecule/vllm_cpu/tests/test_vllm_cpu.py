@@ -1,0 +1,154 @@
+"""The roles and the campaign against vLLM's real CPU build, deployed by converge.
+
+Tests run in file order; each leaves the normal service up. A restart is a real load (about a
+minute), so the suite restarts the service only where the behaviour under test needs it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+
+from conftest import MODEL, SERVER_ENV, VENV
+from testlib import UNIT, holders, wait_for
+
+BASE = "http://127.0.0.1:8000"
+TRACE_DIR = "/var/lib/vllm/traces"
+RELEASE = "Release the GPU device nodes held by the service"
+
+
+def http(host, method: str, path: str, body: dict | None = None) -> tuple[int, str]:
+    """Status and body of a request sent from the host itself (the server listens on loopback)."""
+    data = f"-H 'Content-Type: application/json' -d '{json.dumps(body)}'" if body is not None else ""
+    out = host.run(f"curl -s -o /tmp/answer -w '%{{http_code}}' -X {method} {data} {BASE}{path}; echo; cat /tmp/answer")
+    status, _, text = out.stdout.partition("\n")
+    return int(status), text
+
+
+def decode_annotations(trace) -> int:
+    """Decode steps in a trace, counted plainly: CPU annotations of steps that generated tokens."""
+    with gzip.open(trace, "rt") as handle:
+        events = json.load(handle)["traceEvents"]
+    return sum(1 for e in events if e.get("cat") == "user_annotation"
+               and re.fullmatch(r"execute_context_0\(0\)_generation_[1-9]\d*\(\d+\)", e.get("name", "")))
+
+
+def main_pid(host) -> int:
+    return int(host.check_output(f"systemctl show -p MainPID --value {UNIT}"))
+
+
+def process_tree(host, pid: int) -> dict[int, str]:
+    """PID -> comm of pid and all its descendants."""
+    out = host.check_output("ps -e -o pid=,ppid=,comm=")
+    parent, comm = {}, {}
+    for line in out.splitlines():
+        p, pp, name = line.split(None, 2)
+        parent[int(p)], comm[int(p)] = int(pp), name
+    tree, todo = {}, [pid]
+    while todo:
+        current = todo.pop()
+        tree[current] = comm.get(current, "")
+        todo.extend(p for p, pp in parent.items() if pp == current)
+    return tree
+
+
+def test_converge_runs_the_real_server_with_the_production_templates(host):
+    assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    pid = main_pid(host)
+    argv = host.file(f"/proc/{pid}/cmdline").content.split(b"\0")
+    assert [a.decode() for a in argv[1:4]] == [f"{VENV}/bin/vllm", "serve", MODEL]
+    assert b"--tensor-parallel-size" in argv and b"--profiler-config" not in argv
+    names = sorted(process_tree(host, pid).values())
+    assert "VLLM::EngineCor" in names and "VLLM::Worker" in names, names
+    journal = host.check_output(f"journalctl -u {UNIT} --no-pager -o cat")
+    assert re.search(r"Loading safetensors checkpoint shards: +100% Completed \| 4/4", journal)
+    assert "Application startup complete." in journal
+
+
+def test_the_api_answers_like_vllm(host):
+    assert http(host, "GET", "/health") == (200, "")
+    status, text = http(host, "GET", "/version")
+    assert status == 200 and json.loads(text) == {"version": "0.32.0"}
+    status, text = http(host, "GET", "/v1/models")
+    assert status == 200 and [m["id"] for m in json.loads(text)["data"]] == ["tiny-llama"]
+    status, text = http(host, "POST", "/v1/completions",
+                        {"model": "tiny-llama", "prompt": "the gpu", "max_tokens": 8, "ignore_eos": True})
+    assert status == 200, text
+    answer = json.loads(text)
+    assert answer["usage"]["completion_tokens"] == 8 and answer["choices"][0]["text"]
+    # The normal service has no profiler.
+    assert http(host, "POST", "/start_profile")[0] == 404
+
+
+def test_the_simulated_gpu_is_held_by_the_real_engine_and_worker(host):
+    pid = main_pid(host)
+    tree = process_tree(host, pid)
+    held = set(holders(host, "/dev/nvidia0"))
+    workers = {p for p, name in tree.items() if name in ("VLLM::EngineCor", "VLLM::Worker")}
+    assert len(workers) == 2 and workers <= held
+    apps = host.check_output("nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader")
+    assert workers <= {int(line.split(",")[0]) for line in apps.splitlines()}
+
+
+def test_a_campaign_profiles_the_real_server_and_restores_it(host, play, tmp_path, healthy_after):
+    artifacts = tmp_path / "artifacts"
+    run = play("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}))
+    assert run.rc == 0, run.output[-4000:]
+    # The health waits printed the real server's progress from the journal.
+    assert re.search(r"4/4 shards loaded", run.output), run.output[-4000:]
+    (campaign_dir,) = [d for d in (artifacts / host.backend.hostname).iterdir() if d.is_dir()]
+    traces = sorted(p.name for p in campaign_dir.glob("*.pt.trace.json.gz"))
+    assert len(traces) == 1 and re.search(r"(^|_)rank0\.\d+\.pt\.trace\.json\.gz$", traces[0]), traces
+    assert len(list(campaign_dir.glob("*rank0.profiler_out.txt"))) == 1
+    # CPU traces carry no GPU kernel: the summary says "not measured", never a zero share.
+    summary = json.loads((campaign_dir / "summary.json").read_text())
+    assert summary["gpu_time_measured"] is False
+    (rank,) = summary["ranks"]
+    assert rank["gpu_kernels"] == 0 and rank["cuda_ms_per_step"] is None
+    assert rank["decode_steps"] == decode_annotations(campaign_dir / traces[0]) > 0
+    report = (campaign_dir / "report.md").read_text()
+    assert "No GPU kernels in the traces: GPU time and all-reduce share not measured." in report
+    assert "no GPU kernels in the traces: all-reduce share not measured" in run.output
+    # Nothing of the campaign is left on the host, and the normal service is back unchanged.
+    assert host.run(f"ls -A {TRACE_DIR}").stdout.split() == []
+    assert http(host, "POST", "/start_profile")[0] == 404
+
+
+def test_restore_is_idempotent_on_the_real_server(host, play):
+    before = host.check_output(f"systemctl show {UNIT} -p ActiveState -p MainPID -p ActiveEnterTimestamp")
+    run = play("playbooks/restore.yml")
+    assert run.rc == 0, run.output[-3000:]
+    journal = host.run(f"journalctl -u {UNIT} --no-pager -o short-precise -n 400 | grep 'systemd\\['").stdout
+    assert run.changed == 0, f"{run.changed_tasks}\nbefore the run: {before}\n{journal[-3000:]}"
+
+
+def test_gpu_release_frees_a_real_server_left_outside_systemd(host, play):
+    # The incident from the hand-run campaigns: a copy of the server started by hand keeps the
+    # GPUs after the unit is stopped.
+    host.check_output(f"systemctl stop {UNIT}")
+    host.check_output(
+        f"setsid -f env {SERVER_ENV} {VENV}/bin/vllm serve {MODEL} --port 8100 --max-model-len 1024 "
+        ">/tmp/leftover.log 2>&1"
+    )
+    try:
+        wait_for(lambda: host.run("curl -sf -o /dev/null http://127.0.0.1:8100/health").rc == 0,
+                 "the hand-started server to be ready", timeout_s=600)
+        # Anchored, so that the shell running pgrep does not match its own pattern.
+        (api,) = host.check_output(f"pgrep -f '^{VENV}/bin/python {VENV}/bin/vllm serve .* --port 8100'").split()
+        tree = process_tree(host, int(api))
+        assert {"VLLM::EngineCor", "VLLM::Worker"} <= set(tree.values()), tree
+        on_gpu = {pid for pid, name in tree.items() if name in ("vllm", "VLLM::EngineCor", "VLLM::Worker")}
+        assert on_gpu <= set(holders(host, "/dev/nvidia0"))
+        run = play("playbooks/release_gpus.yml")
+        assert run.rc == 0, run.output[-3000:]
+        assert on_gpu <= set(run.result(RELEASE)["signalled"])
+        assert holders(host, "/dev/nvidia0") == []
+        wait_for(lambda: not any(host.file(f"/proc/{pid}").exists for pid in tree),
+                 "every process of the hand-started server to be gone")
+    finally:
+        host.run(f"pkill -9 -f '^{VENV}/bin/python {VENV}/bin/vllm serve .* --port 8100'")
+    run = play("playbooks/restore.yml")
+    assert run.rc == 0, run.output[-3000:]
+    assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert http(host, "GET", "/health")[0] == 200
