@@ -62,5 +62,12 @@ def wait_for(predicate, what: str, timeout_s: float = 60):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def assert_normal_service(host) -> None:
+    """The normal service is active and healthy, without the profiling drop-in."""
+    assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0
+    assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists
+
+
 def holders(host, device: str) -> list[int]:
     return [int(p) for p in host.run(f"fuser {device} 2>/dev/null").stdout.split()]

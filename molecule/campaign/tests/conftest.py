@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import UNIT, run_playbook  # noqa: E402
+from testlib import assert_normal_service, run_playbook  # noqa: E402
 
 FAULT_DIR = "/run/vllm-standin"
 LOCK = "/run/vllm-ops/campaign.lock"
@@ -33,6 +33,4 @@ def healthy_after(host):
     """Every test must leave the normal service active and healthy, with no fault left."""
     yield
     host.run(f"rm -f {FAULT_DIR}/* {LOCK}")
-    assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
-    assert host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0
-    assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists
+    assert_normal_service(host)

