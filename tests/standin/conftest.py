@@ -19,7 +19,6 @@ def server(sandbox, tmp_path):
 
 @pytest.fixture
 def templates():
-    files = sorted(TEMPLATES.glob("*rank*.json.gz")) if TEMPLATES.is_dir() else []
-    if not files:
-        pytest.skip(f"real trace templates not found in {TEMPLATES} (../shared/traces)")
+    """The real H200 trace templates the repo carries (tests/data/traces/h200_tp2_decode)."""
+    assert sorted(TEMPLATES.glob("*rank*.json.gz")), f"real trace templates missing from {TEMPLATES}"
     return TEMPLATES

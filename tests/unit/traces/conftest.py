@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-SHARED_TRACES = (REPO / ".." / "shared" / "traces").resolve()
+# The real traces the repo carries (provenance and licences in its README.md); never edited.
+SHARED_TRACES = REPO / "tests" / "data" / "traces"
 
 
 def kernel(name, ts, dur, corr=None, cat="kernel", pid=0, tid=7):
@@ -107,8 +108,7 @@ def write_trace(tmp_path):
 
 @pytest.fixture
 def real_traces():
-    if not (SHARED_TRACES / "h200_tp2_decode").is_dir():
-        pytest.skip(f"real traces not found at {SHARED_TRACES} (the shared/ folder beside the repo)")
+    """tests/data/traces: h200_tp2_decode/ and public/, real traces carried by the repo."""
     return SHARED_TRACES
 
 
