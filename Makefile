@@ -80,9 +80,10 @@ demo: sandbox  ## Set up, then run the main job against the sandbox
 	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
 	$(BIN)/ansible-playbook -i inventory/sandbox profile.yml
 
-lint: venv collections  ## yamllint, ansible-lint, argument_specs vs defaults
+lint: venv collections  ## yamllint, ansible-lint, ruff, argument_specs vs defaults
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
+	$(BIN)/ruff check .
 	$(PY) tests/check_argument_specs.py
 
 unit: venv collections  ## pytest: package, plugins, modules, stand-ins

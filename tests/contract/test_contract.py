@@ -15,8 +15,7 @@ import re
 import signal
 import time
 
-from contract_support import (MAX_MODEL_LEN, NOT_ANSWERED, SHARDS, WAIT_S, alive, cmdline, comm,
-                              wait_for)
+from contract_support import MAX_MODEL_LEN, NOT_ANSWERED, SHARDS, WAIT_S, alive, cmdline, comm, wait_for
 
 VERSION = "0.32.0"
 PROMPT = "the gpu rank"

@@ -24,6 +24,7 @@ unpacked into a temporary directory put on the playbook's PYTHONPATH. See README
 
 import argparse
 import atexit
+import contextlib
 import glob
 import json
 import os
@@ -126,7 +127,7 @@ def find_ansible(wheels):
     pythonpath = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH")) if p)
     env = {"PYTHONPATH": pythonpath}
     result = subprocess.run(probe, env=dict(os.environ, **env), stderr=subprocess.PIPE,
-                            universal_newlines=True, check=False)
+                            text=True, check=False)
     if result.returncode != 0:
         raise CheckFailed("ansible from %s does not import: %s" % (wheels, result.stderr[-2000:]))
     log("ansible-core unpacked from %d wheels in %s into %s" % (len(found), wheels, site))
@@ -136,16 +137,16 @@ def find_ansible(wheels):
 def run_playbook(ansible, extra_vars, log_path=None):
     """Run the playbook against localhost; ``(rc, output, seconds)``."""
     prefix, extra_env = ansible
-    cmd = prefix + [PLAYBOOK, "-i", "localhost,", "-c", "local",
-                    "-e", "ansible_python_interpreter=%s" % sys.executable,
-                    "-e", json.dumps(extra_vars)]
+    cmd = [*prefix, PLAYBOOK, "-i", "localhost,", "-c", "local",
+           "-e", "ansible_python_interpreter=%s" % sys.executable,
+           "-e", json.dumps(extra_vars)]
     if os.geteuid() != 0:
         cmd += ["-e", "ansible_become=false"]
     env = dict(os.environ, ANSIBLE_ROLES_PATH=os.path.join(REPO, "roles"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0", **extra_env)
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+                          stderr=subprocess.STDOUT, text=True, check=False)
     seconds = time.monotonic() - started
     if log_path:
         with open(log_path, "w") as handle:
@@ -202,7 +203,7 @@ def gpus():
     """``{index: (used_mib, total_mib)}``."""
     out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used,memory.total",
                           "--format=csv,noheader,nounits"], stdout=subprocess.PIPE,
-                         universal_newlines=True, check=True).stdout
+                         text=True, check=True).stdout
     table = {}
     for line in out.splitlines():
         fields = [f.strip() for f in line.split(",")]
@@ -221,12 +222,12 @@ def check_gpu_machine():
     try:
         table = gpus()
     except (subprocess.CalledProcessError, OSError) as exc:
-        raise Skip("nvidia-smi fails: %s" % exc)
+        raise Skip("nvidia-smi fails: %s" % exc) from exc
     if not table:
         raise Skip("nvidia-smi lists no GPU")
     probe = subprocess.run([sys.executable, "-c", "import torch; assert torch.cuda.is_available();"
-                            " print(torch.cuda.device_count())"], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, universal_newlines=True, check=False)
+                            " print(torch.cuda.device_count())"], capture_output=True,
+                           text=True, check=False)
     if probe.returncode != 0:
         raise Skip("PyTorch with CUDA not usable by %s: %s" % (
             sys.executable, probe.stderr.strip().splitlines()[-1:]))
@@ -255,10 +256,8 @@ def smoke(ansible, out_dir):
             "gpu_release_devices": [device], "gpu_release_psmisc_manage": False,
             "gpu_release_term_timeout_s": 1, "gpu_release_nvidia_smi": "no-such-nvidia-smi",
         }, os.path.join(out_dir, "smoke.log") if out_dir else None)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             holder.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
         failures = []
         expect(rc == 0, "smoke play exit status 0 (got %d)" % rc, failures)
         expect(holder.returncode == -signal.SIGKILL,
@@ -306,10 +305,8 @@ def gpu_check(ansible, args, table, out_dir):
         rc, output, seconds = run_playbook(
             ansible, extra, os.path.join(out_dir, "release.log") if out_dir else None)
         owned_status = None
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             owned_status = owned.wait(timeout=30)  # reaps the zombie the module left
-        except subprocess.TimeoutExpired:
-            pass
         after = gpus()
         # The module already waited for the driver; this bounded re-read only guards the
         # figure printed below against a slow nvidia-smi refresh.

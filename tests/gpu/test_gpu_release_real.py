@@ -24,7 +24,7 @@ pytestmark = [
 
 def test_release_gpus_on_real_gpus():
     proc = subprocess.run([sys.executable, RUNNER], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+                          stderr=subprocess.STDOUT, text=True, check=False)
     print(proc.stdout)
     if proc.returncode == SKIP:
         pytest.skip(proc.stdout.strip().splitlines()[-1])

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NAME = os.environ.get("VLLM_OPS_IT_SANDBOX", "vllm-it")
 PORT = int(os.environ.get("VLLM_OPS_IT_PORT", "2241"))
 UNIT = "vllm-kimi-k25-int4"
-RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)", re.M)
+RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)"
+                   r"\s+unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)", re.M)
 
 
 @dataclass
@@ -32,7 +33,8 @@ class Run:
     output: str
 
     def recap(self) -> dict[str, dict[str, int]]:
-        return {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"} for m in RECAP.finditer(self.output)}
+        return {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
+                for m in RECAP.finditer(self.output)}
 
 
 class Sandbox:

@@ -123,7 +123,8 @@ def test_restore_brings_back_a_server_whose_engine_died(sandbox):
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        ({"vllm_environment": {"NCCL_PROTO": "LLX"}}, "vllm_environment.NCCL_PROTO is 'LLX': allowed values are LL, LL128, Simple"),
+        ({"vllm_environment": {"NCCL_PROTO": "LLX"}},
+         "vllm_environment.NCCL_PROTO is 'LLX': allowed values are LL, LL128, Simple"),
         ({"vllm_tensor_parallel_size": 0}, "vllm_tensor_parallel_size is 0: allowed values are a positive integer"),
         ({"vllm_tensor_parallel_size": "eight"}, "vllm_tensor_parallel_size"),
         ({"vllm_tensor_parallel_size": 4}, "vllm_tensor_parallel_size is 4 but vllm-it has 2 GPU device node(s)"),

@@ -6,6 +6,7 @@ its own session, so teardown can kill exactly the processes it started (the
 API server, its EngineCore and workers) by process-group id.
 """
 
+import contextlib
 import os
 import re
 import signal
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STANDIN_DIR = ROOT / "molecule" / "resources" / "standin"
 VLLM = STANDIN_DIR / "vllm_standin.py"
 NVIDIA_SMI = STANDIN_DIR / "nvidia_smi.py"
-TEMPLATES = ROOT.parent / "shared" / "traces" / "h200_tp2_decode"
+TEMPLATES = ROOT / "tests" / "data" / "traces" / "h200_tp2_decode"
 H200_MIB = 143771
 WAIT_S = 60  # generous bound for any wait; tests never assert on durations
 NOT_ANSWERED = "accepted but not answered"  # what Server.health says of a timeout
@@ -75,10 +76,8 @@ def comm(pid):
 def fd_targets(pid):
     targets = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
+        with contextlib.suppress(OSError):
             targets.add(os.readlink(fd))
-        except OSError:
-            pass
     return targets
 
 
@@ -195,8 +194,6 @@ class Server:
     def kill_all(self):
         if self.proc is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # our own session only
-        except ProcessLookupError:
-            pass
         self.proc.wait(timeout=WAIT_S)

@@ -394,7 +394,8 @@ def test_api_key_guards_only_v1_paths_and_is_never_logged(server):
         assert server.get(path).status_code == 200, path
     engine, workers = server.tree()
     for pid in [engine, *workers]:
-        assert secret.encode() not in open(f"/proc/{pid}/cmdline", "rb").read()
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            assert secret.encode() not in handle.read()
     assert secret not in server.log()
 
 

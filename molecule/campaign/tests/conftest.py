@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import assert_normal_service, run_playbook  # noqa: E402
+from testlib import assert_normal_service, run_playbook
 
 FAULT_DIR = "/run/vllm-standin"
 LOCK = "/run/vllm-ops/campaign.lock"

@@ -10,6 +10,7 @@ import signal
 import subprocess
 
 import pytest
+
 from conftest import FAULT_DIR, LOCK
 from testlib import ROOT, UNIT, holders, run_playbook, wait_for
 
@@ -44,7 +45,7 @@ def allreduce_shares(trace_path) -> float:
 
 
 def campaign_files(host) -> list[str]:
-    return [n for n in host.run(f"ls {TRACE_DIR}").stdout.split() if n.startswith("vllm-ops-") or n.startswith("profiler_out")]
+    return [n for n in host.run(f"ls {TRACE_DIR}").stdout.split() if n.startswith(("vllm-ops-", "profiler_out"))]
 
 
 def test_campaign_end_to_end(host, campaign):
@@ -73,7 +74,8 @@ def test_campaign_end_to_end(host, campaign):
     for device in ("/dev/nvidia0", "/dev/nvidia1"):
         (pid,) = holders(host, device)
         assert f"{UNIT}.service" in host.file(f"/proc/{pid}/cgroup").content_string
-        assert "--profiler-config" not in host.file(f"/proc/{host.check_output(f'systemctl show {UNIT} -p MainPID --value')}/cmdline").content_string
+        main_pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
+        assert "--profiler-config" not in host.file(f"/proc/{main_pid}/cmdline").content_string
     again = run_playbook("playbooks/restore.yml")
     assert again.rc == 0 and again.changed == 0
 
@@ -123,8 +125,8 @@ def test_a_campaign_killed_midway_is_rerun_to_completion(host, tmp_path):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     artifacts = tmp_path / "artifacts"
     first = subprocess.Popen(
-        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(ROOT / "profile.yml"),
-         "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)})],
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+         str(ROOT / "profile.yml"), "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)})],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for(lambda: host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists,
@@ -144,7 +146,8 @@ def test_a_campaign_killed_midway_is_rerun_to_completion(host, tmp_path):
 def test_an_engine_death_during_the_profiling_load_fails_fast_and_restores(host, campaign):
     # "once": the profiling variant's load dies; the restore's load goes through. The server
     # removes the switch when it fires, so it must own it (the directory is sticky).
-    host.check_output(f"echo once > {FAULT_DIR}/engine-dies-during-load && chown vllm {FAULT_DIR}/engine-dies-during-load")
+    switch = f"{FAULT_DIR}/engine-dies-during-load"
+    host.check_output(f"echo once > {switch} && chown vllm {switch}")
     play, message = failed_campaign(campaign)
     assert "Switch to the profiling variant" in message or "Wait for /health" in message
     assert "Engine core initialization failed" in play.output

@@ -10,7 +10,7 @@ import testinfra
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import UNIT, run_playbook  # noqa: E402
+from testlib import UNIT, run_playbook
 
 GOOD, BAD = "vllm-mol-multi-a", "vllm-mol-multi-b"
 

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import UNIT, holders, run_playbook, wait_for  # noqa: E402
+from testlib import UNIT, holders, run_playbook, wait_for
 
 
 @pytest.fixture
@@ -28,7 +28,8 @@ def leftover(host):
             "setsid -f env VLLM_STANDIN_LOAD_S=1 /opt/vllm-standin/bin/vllm serve /srv/models/kimi-k25-int4 "
             "--tensor-parallel-size 2 --port 8100 >/tmp/leftover.log 2>&1"
         )
-        wait_for(lambda: holders(host, "/dev/nvidia0") and holders(host, "/dev/nvidia1"), "the workers to hold the GPUs")
+        wait_for(lambda: holders(host, "/dev/nvidia0") and holders(host, "/dev/nvidia1"),
+                 "the workers to hold the GPUs")
         pids = holders(host, "/dev/nvidia0") + holders(host, "/dev/nvidia1")
         started.extend(pids)
         return pids

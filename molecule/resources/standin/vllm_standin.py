@@ -16,6 +16,7 @@ Knobs and fault switches: see README.md next to this file.
 """
 
 import argparse
+import contextlib
 import ctypes
 import gzip
 import hmac
@@ -106,10 +107,8 @@ def consume_if_once(name):
     (the restore's). The fault dir must be writable by the server's user.
     """
     if fault(name) == "once":
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(os.path.join(fault_dir(), name))
-        except OSError:
-            pass
 
 
 def fault_names_rank(name, rank):
@@ -688,10 +687,8 @@ class Worker:
 
     def cleanup(self):
         if self.claim_path:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.claim_path)
-            except OSError:
-                pass
         if self.device_fd is not None:
             os.close(self.device_fd)
 
@@ -900,7 +897,7 @@ class Histogram:
 
     def render(self, labels, created):
         out = [f"# HELP {self.name} {self.doc}", f"# TYPE {self.name} histogram"]
-        for bound, count in zip(self.buckets, self.counts):
+        for bound, count in zip(self.buckets, self.counts, strict=True):
             out.append(f"{self.name}_bucket{labels(le=bound)} {float(count)}")
         out.append(f"{self.name}_bucket{labels(le='+Inf')} {float(self.count)}")
         out.append(f"{self.name}_count{labels()} {float(self.count)}")
@@ -1244,8 +1241,10 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(200, b"", "")
 
 
-FAKE_WORDS = (" the quick brown fox jumps over a lazy dog while tensor parallel ranks "
-              "reduce their partial sums and the scheduler streams tokens").split(" ")
+FAKE_WORDS = [
+    "the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "tensor", "parallel", "ranks",
+    "reduce", "their", "partial", "sums", "and", "the", "scheduler", "streams", "tokens",
+]
 
 
 class Generation:
@@ -1270,7 +1269,7 @@ class Generation:
             for i in range(self.n):
                 if i:
                     time.sleep(self.tpot)
-                yield " " + self.rng.choice(FAKE_WORDS[1:])
+                yield " " + self.rng.choice(FAKE_WORDS)
         finally:
             with self.app["metrics"].lock:
                 self.app["metrics"].running -= 1

@@ -28,11 +28,12 @@ RECIPE = {
     "seed": 1234,
     "version": 1,
 }
-WORDS = (
-    "the a an one two three four five gpu rank decode prefill token model shard server "
-    "engine worker trace profile reduce kernel step time memory load ready health service "
-    "host node tensor parallel batch request reply stream cache block page layer head"
-).split()
+WORDS = [
+    "the", "a", "an", "one", "two", "three", "four", "five", "gpu", "rank", "decode", "prefill", "token", "model",
+    "shard", "server", "engine", "worker", "trace", "profile", "reduce", "kernel", "step", "time", "memory", "load",
+    "ready", "health", "service", "host", "node", "tensor", "parallel", "batch", "request", "reply", "stream",
+    "cache", "block", "page", "layer", "head",
+]
 
 
 def corpus(lines=4000, seed=RECIPE["seed"]):
@@ -98,7 +99,7 @@ def main(argv=None):
     try:
         with open(stamp, encoding="utf-8") as handle:
             if json.load(handle) == recipe:
-                print("unchanged: %s" % args.dir)
+                print(f"unchanged: {args.dir}")
                 return 0
     except (OSError, ValueError):
         pass
@@ -118,7 +119,7 @@ def main(argv=None):
         os.replace(work, args.dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("written: %s" % args.dir)
+    print(f"written: {args.dir}")
     return 0
 
 

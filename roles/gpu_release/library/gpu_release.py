@@ -1,10 +1,5 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Ansible module: release the NVIDIA per-GPU device nodes a stopped service left held."""
-
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
 
 DOCUMENTATION = r"""
 ---

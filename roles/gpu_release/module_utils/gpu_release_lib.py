@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Find and release the holders of NVIDIA per-GPU device nodes.
 
 Target-side logic of the ``gpu_release`` module. It runs on the managed host, so it imports
@@ -22,8 +21,6 @@ The steps, each a plain function pytest can call on its own:
 ``release`` chains them and returns a result dictionary the module hands to Ansible.
 """
 
-from __future__ import absolute_import, division, print_function
-
 import os
 import pwd
 import re
@@ -31,8 +28,6 @@ import shutil
 import signal
 import subprocess
 import time
-
-__metaclass__ = type
 
 # Per-GPU nodes are /dev/nvidia0, /dev/nvidia1, ...: the number is the nvidia-smi index.
 DEVICE_NAME_RE = re.compile(r"^nvidia(\d+)$")
@@ -108,7 +103,7 @@ def compile_patterns(patterns, option):
         try:
             compiled.append(re.compile(pattern))
         except re.error as exc:
-            raise ReleaseError("%s: invalid regular expression %r: %s" % (option, pattern, exc))
+            raise ReleaseError("%s: invalid regular expression %r: %s" % (option, pattern, exc)) from exc
     return compiled
 
 
@@ -233,11 +228,10 @@ def fuser_pids(fuser, path):
     """
     try:
         proc = subprocess.run(
-            [fuser, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            universal_newlines=True, check=False,
+            [fuser, path], capture_output=True, text=True, check=False,
         )
     except OSError as exc:
-        raise ReleaseError("cannot run %s: %s" % (fuser, exc))
+        raise ReleaseError("cannot run %s: %s" % (fuser, exc)) from exc
     if proc.returncode == 1:
         return []
     if proc.returncode != 0:
@@ -341,10 +335,10 @@ def send_signal(pid, starttime, signum, proc_root="/proc"):
         os.kill(pid, signum)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError as exc:
         raise ReleaseError(
             "not permitted to signal PID %d: run the module as root (become: true)" % pid
-        )
+        ) from exc
     return True
 
 
@@ -383,11 +377,11 @@ def resolve_command(command):
 def _run_nvidia_smi(nvidia_smi, args):
     try:
         proc = subprocess.run(
-            [nvidia_smi] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            universal_newlines=True, check=False, timeout=NVIDIA_SMI_TIMEOUT_S,
+            [nvidia_smi, *args], capture_output=True, text=True, check=False,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ReleaseError("%s %s failed: %s" % (nvidia_smi, args[0], exc))
+        raise ReleaseError("%s %s failed: %s" % (nvidia_smi, args[0], exc)) from exc
     if proc.returncode != 0:
         detail = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
         raise ReleaseError("%s %s failed (rc %d): %s" % (nvidia_smi, args[0], proc.returncode, detail))
@@ -586,7 +580,7 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
         found = scan(present, finder, classifier, proc_root)
 
     would_signal = sorted(seen) if check_mode else []
-    for device, entry in entries.items():
+    for entry in entries.values():
         held = {h["pid"] for h in entry["holders"]}
         entry["signalled"] = sorted(held.intersection(signalled))
         entry["killed"] = sorted(held.intersection(killed))

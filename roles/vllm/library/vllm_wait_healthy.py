@@ -34,7 +34,8 @@ options:
     type: float
     default: 5
   invocation_id:
-    description: The unit's InvocationID when the wait began; a different one means it restarted. Empty takes the current one.
+    description: The unit's InvocationID when the wait began; a different one means it restarted.
+      Empty takes the current one.
     type: str
     default: ""
   request_timeout_s:
@@ -91,7 +92,6 @@ journal_tail:
 """
 
 import re
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -154,7 +154,7 @@ def shard_progress(lines):
 def probe(url, timeout):
     """HTTP status of GET url; -1 when nothing answers (refused, reset, timeout)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (loopback URL from the role)
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # a loopback URL from the role
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code

@@ -103,7 +103,7 @@ def post(url, body, timeout, headers=None):
     request = urllib.request.Request(url, data=data, method="POST",
                                      headers=dict({"Content-Type": "application/json"}, **(headers or {})))
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (loopback)
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # loopback only
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -120,7 +120,7 @@ def stream_completion(base_url, headers, body, timeout):
     first = last = None
     tokens = 0
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (loopback)
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # loopback only
             for raw in response:
                 line = raw.decode("utf-8", "replace").strip()
                 if not line.startswith("data:"):
@@ -151,7 +151,7 @@ def run(params, clock=time.monotonic):
             "temperature": 0, "ignore_eos": True}
     timeout = params["request_timeout_s"]
     try:
-        with urllib.request.urlopen(base + "/version", timeout=timeout) as response:  # noqa: S310 (loopback)
+        with urllib.request.urlopen(base + "/version", timeout=timeout) as response:  # loopback only
             version = json.loads(response.read()).get("version", "unknown")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise CampaignError("GET /version failed: %s" % getattr(exc, "reason", exc)) from exc

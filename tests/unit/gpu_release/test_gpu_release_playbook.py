@@ -37,7 +37,7 @@ def play(devices, *args, **extra_vars):
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0")
     proc = subprocess.run(cmd + list(args), cwd=str(REPO), env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+                          stderr=subprocess.STDOUT, text=True, check=False)
     return proc.returncode, proc.stdout
 
 
@@ -45,7 +45,7 @@ def recap(output):
     match = re.search(r"^localhost\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+"
                       r"failed=(\d+)", output, re.M)
     assert match, output
-    return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, match.groups())))
+    return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, match.groups()), strict=True))
 
 
 def test_release_kills_the_stubborn_worker_then_a_rerun_changes_nothing(devices, holders):
@@ -100,7 +100,7 @@ def test_memory_left_on_a_gpu_fails_with_the_figures(devices, fake_nvidia_smi):
 
 
 def test_shared_control_node_is_refused(devices):
-    rc, out = play(devices + ["/dev/nvidiactl"])
+    rc, out = play([*devices, "/dev/nvidiactl"])
     assert rc == 2, out
     assert "/dev/nvidiactl is a shared control node" in out
 
@@ -110,7 +110,7 @@ def _module_docs():
                            __import__("gpu_release_lib"))
     path = ROLE / "library" / "gpu_release.py"
     namespace = {"__name__": "gpu_release_module", "__file__": str(path)}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 - our own file
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # our own file
     return namespace
 
 

@@ -153,7 +153,7 @@ def test_the_module_and_its_ancestors_are_never_signalled(devices):
 
 
 def test_missing_device_is_a_warning(devices, tmp_path):
-    result, error = run(devices + [tmp_path / "dev" / "nvidia5"])
+    result, error = run([*devices, tmp_path / "dev" / "nvidia5"])
     assert error is None
     assert result["devices"][str(tmp_path / "dev" / "nvidia5")]["exists"] is False
     assert any("nvidia5 does not exist" in w for w in result["warnings"])
@@ -162,7 +162,7 @@ def test_missing_device_is_a_warning(devices, tmp_path):
 def test_shared_nodes_are_refused_before_anything_is_signalled(devices, holders):
     worker = holders.owned(devices[0])
     with pytest.raises(lib.ReleaseError, match="nvidiactl is a shared control node"):
-        run(devices + ["/dev/nvidiactl"])
+        run([*devices, "/dev/nvidiactl"])
     assert alive(worker)
 
 
@@ -222,7 +222,7 @@ def test_a_gpu_held_only_by_a_foreign_process_is_not_waited_for(devices, holders
         {"index": 1, "idle_mib": 0, "busy_mib": 2048, "busy_while_pid": job.pid},
     ])
     # A wait on GPU 1 would last the whole hour; the run fails on the foreign holder at once.
-    result, error = run(devices, nvidia_smi=smi, settle_timeout_s=3600)
+    _result, error = run(devices, nvidia_smi=smi, settle_timeout_s=3600)
     assert alive(job)
     assert "PID %d" % job.pid in error and "GPU memory after (MiB): 0: 0, 1: 2048" in error
 

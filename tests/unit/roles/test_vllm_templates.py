@@ -7,6 +7,7 @@ role's derived vars, in that order of precedence.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shlex
@@ -54,7 +55,7 @@ def unit(tmp_path_factory):
 def test_example_unit_runs_kimi_on_eight_gpus(unit):
     argv = exec_start(unit)
     assert argv[:3] == ["/opt/vllm/venv/bin/vllm", "serve", "/models/Kimi-K2.5-INT4"]
-    options = dict(zip(argv[3::1], argv[4::1]))
+    options = dict(itertools.pairwise(argv[3:]))
     assert options["--tensor-parallel-size"] == "8"
     assert options["--gpu-memory-utilization"] == "0.95"
     assert options["--port"] == "8000"
@@ -98,7 +99,8 @@ def test_secrets_file_holds_the_secrets_and_the_unit_does_not(tmp_path):
 
 
 def test_profiling_dropin_arms_the_profiler_on_loopback(tmp_path):
-    dropin = render(tmp_path, "50-profiling.conf.j2", vllm_profiler_config={"torch_profiler_with_stack": True, "max_iterations": 20})
+    dropin = render(tmp_path, "50-profiling.conf.j2",
+                    vllm_profiler_config={"torch_profiler_with_stack": True, "max_iterations": 20})
     assert "ExecStart=\n" in dropin, "the drop-in must clear the unit's ExecStart first"
     argv = exec_start(dropin)
     assert argv[argv.index("--host") + 1] == "127.0.0.1"

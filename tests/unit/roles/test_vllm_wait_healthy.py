@@ -32,8 +32,10 @@ def test_an_active_unit_of_the_same_invocation_may_still_be_loading():
     ("state", "words"),
     [
         (dict(ACTIVE, InvocationID="def", NRestarts="1"), "was restarted during the wait"),
-        (dict(ACTIVE, ActiveState="failed", Result="exit-code", ExecMainStatus="1"), "failed (Result=exit-code, exit status 1)"),
-        (dict(ACTIVE, ActiveState="activating", SubState="auto-restart", ExecMainStatus="0"), "waiting to be restarted"),
+        (dict(ACTIVE, ActiveState="failed", Result="exit-code", ExecMainStatus="1"),
+         "failed (Result=exit-code, exit status 1)"),
+        (dict(ACTIVE, ActiveState="activating", SubState="auto-restart", ExecMainStatus="0"),
+         "waiting to be restarted"),
         (dict(ACTIVE, ActiveState="inactive", SubState="dead"), "is inactive"),
     ],
 )
@@ -51,7 +53,8 @@ def test_shard_progress_takes_the_last_line():
 
 
 def test_shard_progress_reads_carriage_return_updates():
-    line = "Loading safetensors checkpoint shards:  50% Completed | 32/64 [..]\rLoading safetensors checkpoint shards:  52% Completed | 33/64 [..]"
+    line = ("Loading safetensors checkpoint shards:  50% Completed | 32/64 [..]\r"
+            "Loading safetensors checkpoint shards:  52% Completed | 33/64 [..]")
     assert health.shard_progress([line])[:2] == (33, 64)
 
 
@@ -75,7 +78,7 @@ def server():
     state = {"status": 200}
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's name)
+        def do_GET(self):  # http.server's name
             self.send_response(state["status"])
             self.send_header("Content-Length", "0")
             self.end_headers()

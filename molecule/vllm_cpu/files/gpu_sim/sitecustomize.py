@@ -10,6 +10,7 @@ resource tracker, hold nothing. The nvidia-smi stand-in then lists the holders a
 It is imported before vLLM and changes nothing in it.
 """
 
+import contextlib
 import os
 
 
@@ -31,7 +32,5 @@ _GPU_SIM_FDS = []
 
 if os.environ.get("GPU_SIM_HOLD") and _holds_gpus(_argv()):
     for _path in filter(None, os.environ["GPU_SIM_HOLD"].split(":")):
-        try:
+        with contextlib.suppress(OSError):
             _GPU_SIM_FDS.append(os.open(_path, os.O_RDONLY | os.O_CLOEXEC))
-        except OSError:
-            pass

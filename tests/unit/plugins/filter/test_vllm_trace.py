@@ -100,7 +100,7 @@ def test_wrong_types(value, kwargs, message):
 def test_keep_going(tmp_path):
     _write(tmp_path / "r0.json.gz", 0)
     (tmp_path / "r1.json.gz").write_bytes(b"")
-    with pytest.raises(AnsibleFilterError, match="r1.json.gz: empty file"):
+    with pytest.raises(AnsibleFilterError, match=r"r1\.json\.gz: empty file"):
         FILTERS["vllm_trace_summary"](str(tmp_path))
     s = FILTERS["vllm_trace_summary"](str(tmp_path), keep_going=True)
     assert [r["rank"] for r in s["ranks"]] == [0]
