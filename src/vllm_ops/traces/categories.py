@@ -54,14 +54,17 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("collective", r"(?i)nccl(?:Dev)?Kernel_|all_?gather|reduce_?scatter|all_?to_?all|sendrecv",
          "other collectives: NCCL all-gather, reduce-scatter, broadcast, send/recv, all-to-all"),
     Rule("moe_gemm", r"(?i)marlin_moe|moe_wna16|fused_moe|moe::|^(?:void )?bmm_|routing|expert"
-                     r"|topk_?gating|topk_?softmax|grouped_?topk|moe_align|moe_sum|cutlass_moe|grouped_?gemm",
-         "MoE: Marlin MoE, fused_moe, TRT-LLM-gen bmm_* expert GEMMs, routing, top-k gating, finalize"),
+                     r"|topk_?gating|topk_?softmax|grouped_?topk|moe_align|moe_sum|cutlass_moe|grouped_?gemm"
+                     r"|_matmul_ogs_",
+         "MoE: Marlin MoE, fused_moe, TRT-LLM-gen bmm_* expert GEMMs, Triton MoE (_matmul_ogs_*), routing, "
+         "top-k gating, finalize"),
     Rule("attention", r"(?i)flash_fwd|flash_bwd|flash::|flashattn|fmha|attention|attn|paged_?kv"
                       r"|Batch(?:Prefill|Decode)|Single(?:Prefill|Decode)|_mla|mla_|reshape_and_cache|rotary|(?<![a-z])rope(?![a-z])",
          "attention kernels, KV-cache writes (reshape_and_cache) and rotary embedding"),
-    Rule("gemm", r"(?i)gemm|gemv|marlin|nvjet|cutlass|cublas|xmma|matmul|scaled_mm|splitKreduce|wgmma|scudnn",
-         "dense GEMM: Marlin W4A16, cuBLAS/cuBLASLt (nvjet, sm90_xmma, splitKreduce), CUTLASS, scaled_mm, "
-         "cuDNN implicit-GEMM convolutions"),
+    Rule("gemm", r"(?i)gemm|gemv|marlin|nvjet|cutlass|cublas|xmma|matmul|scaled_mm|splitKreduce|wgmma|scudnn"
+                 r"|^Cijk_",
+         "dense GEMM: Marlin W4A16, cuBLAS/cuBLASLt (nvjet, sm90_xmma, splitKreduce), hipBLASLt/Tensile (Cijk_*), "
+         "CUTLASS, scaled_mm, cuDNN implicit-GEMM convolutions"),
     Rule("norm", r"(?i)rms_?norm|layer_?norm|group_?norm|batch_?norm|bn_fw|bn_bw|_norm_kernel",
          "RMSNorm, LayerNorm (also fused add + norm, norm + quant)"),
     Rule("quantize", r"(?i)quant",

@@ -1,33 +1,33 @@
 """Streaming reader for torch.profiler / Kineto Chrome traces (``.json`` or ``.json.gz``).
 
-Memory does not grow with the number of GPU activities, and each file is decompressed
-once. Kineto writes the ``gpu_user_annotation`` spans (the steps) *after* all kernels,
-so a kernel cannot be attributed to a step as it streams by; the reader therefore
-*spills* the activities to disk:
+Each file is decompressed once (with ISA-L's igzip, about three times faster than zlib) and
+parsed in one streaming pass. Kineto writes the step annotations (``gpu_user_annotation``)
+*after* all kernels, so a kernel cannot be attributed to a step as it streams by; the pass
+therefore keeps only what the analysis needs, in compact form:
 
-1. the single streaming pass keeps the GPU annotation spans whose names the caller asks
-   for, the CPU annotation spans (``user_annotation``) of the same names, which count
-   steps on a rank without GPU kernels (vLLM's CPU backend records nothing else), the
-   (capped) tables of annotation names seen and the correlation ids of
-   ``cudaGraphLaunch`` calls, and writes every GPU activity as one fixed-size record
-   (``ts``, ``dur``, activity name id, correlation id: 28 bytes, ``_SPILL``) through a
-   buffered writer to a file in a private temporary directory; the activity names are
-   interned (a table sized by the number of distinct names);
-2. then the spill file is read back in chunks of ``_SPILL_READ`` bytes, in file order,
-   and each activity is added into per-kind (decode, prefill, ...) counters by binary
-   search over the sorted union of the spans: total duration and call count per
-   distinct activity name. Only the calls whose name the caller's ``keep_calls`` selects
-   (the all-reduce kernels, for the cross-rank skew correction) are kept one by one, and
-   only those inside a step. The temporary directory is removed afterwards, on error too.
+* every GPU activity (``kernel``, ``gpu_memcpy``, ``gpu_memset``) as one fixed-size record
+  (``ts``, ``dur``, activity name id, correlation id: 28 bytes, ``_SPILL``), spilled through
+  a buffered writer to a file in a private temporary directory; the activity names are
+  interned (a table sized by the number of distinct names);
+* every kernel launch or copy/set call on the host (``cuda_runtime``/``cuda_driver`` events
+  named ``cuda*``/``cu*``/``hip*`` with ``Launch``, ``Memcpy`` or ``Memset`` in the name:
+  ``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaGraphLaunch``, ``hipLaunchKernel``,
+  ``hipGraphLaunch``, ...) as ``(ts, correlation)`` (16 bytes, ``_LAUNCH``), spilled the
+  same way; graph launches are also listed apart. These attribute a kernel to the CPU
+  annotation whose span holds its launch (traces without GPU annotations: ROCm, some CUDA
+  set-ups), and give each kernel its launch time;
+* the step annotations, CPU and GPU, that the caller's ``matcher`` recognizes (see
+  :mod:`.annotations`), with their ``External id`` (which pairs a GPU span with its CPU
+  span), and capped tables of every annotation name seen;
+* for the activities whose name ``keep_calls`` selects (the all-reduce kernels), the
+  collective's arguments NCCL records: element count, dtype and process group.
 
-What stays in memory per rank is thus: the interned activity names, the spans of the
-kinds asked for (one per step, GPU and CPU), the ``cudaGraphLaunch`` correlation ids (one per launch,
-and a set of those whose kernels were seen), the kept calls (one tuple per all-reduce
-call inside a step: they grow with the number of all-reduce calls, not of activities),
-one decompressed chunk (4 MiB) plus the head and tail kept to find
-``distributedInfo``, the spill writer's buffer and one read-back chunk. The spill file on
-disk grows with the activities (28 bytes each). Every CPU event, python stack frame and
-flow arrow is dropped as it streams by, and everything else in the document is skipped.
+At the end the two spill files are read back as numpy arrays (:attr:`TraceData.acts`,
+:attr:`TraceData.launches`) and the temporary directory is removed (on error too). What a
+rank costs in memory is thus those arrays (44 bytes per GPU activity and launch call, so
+about 17 MB for a rank of 381k activities, whose JSON is 865 MB), one decompressed chunk
+(4 MiB), the head and tail kept to find ``distributedInfo``, and the small tables; every CPU
+operator, Python stack frame and flow arrow is dropped as it streams by.
 
 Two parsers share one result type:
 
@@ -37,10 +37,10 @@ Two parsers share one result type:
   (``json.dump(indent=N)`` of a torch trace reads the same way). It picks the layout
   from the first event (indents; keys on one line or not), parses the interesting events
   with that layout's regular expression over large decompressed chunks, and checks, chunk
-  by chunk, that the number of ``"cat": "kernel"``, ``"cat": "gpu_...`` and
-  ``"name": "cudaGraphLaunch`` occurrences equals what it parsed; on any disagreement the general parser reads the
-  file instead (from the start, with a fresh spill). It checks the document's outline
-  (starts with ``{``, ends with ``}``) but not the syntax of events it skips.
+  by chunk, that the number of ``"cat": "kernel"`` and ``"cat": "gpu_...`` occurrences
+  equals what it parsed; on any disagreement the general parser reads the file instead
+  (from the start, with fresh spills). It checks the document's outline (starts with
+  ``{``, ends with ``}``) but not the syntax of events it skips.
 * the *general* path parses any valid JSON with ijson (yajl2_c backend) and validates
   the whole document.
 """
@@ -54,13 +54,15 @@ import re
 import struct
 import tempfile
 import zlib
-from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import ijson
+import numpy as np
+from isal import igzip, isal_zlib
 
+from .annotations import StepMatcher, StepName
 from .errors import TraceInputError
 
 GPU_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -71,8 +73,15 @@ _TAIL_KEEP = 1 << 20
 _MAX_DISTINCT_NAMES = 200
 # One spilled GPU activity: ts, dur (exact doubles), name id, correlation id (-1: none).
 _SPILL = struct.Struct("<ddIq")
-_SPILL_READ = _SPILL.size * 37449  # ~1 MiB read back at a time
+ACT_DTYPE = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("nid", "<u4"), ("corr", "<i8")])
+# One spilled launch call on the host: ts, correlation id.
+_LAUNCH = struct.Struct("<dq")
+LAUNCH_DTYPE = np.dtype([("ts", "<f8"), ("corr", "<i8")])
 _SPILL_BUFFER = 1 << 20
+# Host calls that put work on a GPU stream (kernel launches, graph launches, copies, sets).
+LAUNCH_NAME = rb"(?:cuda|cu|hip)[A-Za-z0-9_]*(?:Launch|Memcpy|Memset)[A-Za-z0-9_]*"
+_GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch")
+_LAUNCH_NAME = re.compile(LAUNCH_NAME.decode())
 
 # Where the events start, with the indents of an event's brace and of its keys.
 _FAST_START = re.compile(rb'"traceEvents"\s*:\s*\[[ \t]*(?:\n[ \t]*)*?\n( *)\{\n( *)"')
@@ -94,9 +103,10 @@ def _compact_layout() -> _Layout:
     first line of an event, ``ts`` and ``dur`` on the second, the args on one line."""
     return _Layout(re.compile(
         rb'\n    "ph": "X", "cat": "(' + _FAST_CATS +
-        rb'|cuda_runtime(?=", "name": "cudaGraphLaunch))", "name": "([^"\\]*(?:\\.[^"\\]*)*)", '
+        rb'|(?:cuda_runtime|cuda_driver)(?=", "name": "' + LAUNCH_NAME + rb'"))", "name": "([^"\\]*(?:\\.[^"\\]*)*)", '
         rb'"pid": ([^,\n]*), "tid": [^,\n]*,\n    "ts": ([^,\n]*), "dur": ([^,\n]*),\n    "args": \{\n'
-        rb'(?:[^\n]*?"correlation": (\d+))?'  # torch writes the args on one line; else see _fast_correlation
+        rb'[ \t]*(?:"External id": (\d+))?'
+        rb'(?:[^\n]*?"correlation": (\d+))?'  # torch writes the args on one line; else see _fast_arg
     ), b"\n  {", b"\n    }")
 
 
@@ -107,14 +117,19 @@ def _key_per_line_layout(brace: bytes, key: bytes) -> _Layout:
     k = rb"\n" + key
     return _Layout(re.compile(
         k + rb'"ph": "X",' + k + rb'"cat": "(' + _FAST_CATS +
-        rb'|cuda_runtime(?=",' + k + rb'"name": "cudaGraphLaunch))",' + k +
+        rb'|(?:cuda_runtime|cuda_driver)(?=",' + k + rb'"name": "' + LAUNCH_NAME + rb'"))",' + k +
         rb'"name": "([^"\\]*(?:\\.[^"\\]*)*)",' + k + rb'"pid": ([^,\n]*),' + k + rb'"tid": [^,\n]*,' + k +
         rb'"ts": ([^,\n]*),' + k + rb'"dur": ([^,\n]*?)(?:' + k + rb')?,' + k + rb'"args": \{\n'
+        rb'[ \t]*(?:"External id": (\d+))?'
         rb'(?:[^}]*?"correlation": (\d+))?'  # within the args (up to their first '}')
     ), b"\n" + brace + b"{", k + b"}")
 
 
 _CORRELATION = re.compile(rb'"correlation": (\d+)')
+_EXTERNAL_ID = re.compile(rb'"External id": (\d+)')
+_NELEMS = re.compile(rb'"In msg nelems": (\d+)')
+_DTYPE = re.compile(rb'"dtype": "([^"]*)"')
+_GROUP = re.compile(rb'"Process Group Name": "([^"]*)"')
 _DIGITS = re.compile(r"\d+")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 
@@ -123,41 +138,23 @@ class _LayoutMismatch(Exception):
     """The fast path met something outside torch's layout: use the general parser."""
 
 
-@dataclass
-class KindTotals:
-    """The activities that start inside the spans of one kind (e.g. decode), added up.
+@dataclass(frozen=True)
+class Span:
+    """One step annotation: where it is, its name, what the name says, and its External id
+    (which the CPU ``user_annotation`` and its GPU projection share; -1: none)."""
 
-    ``total_us`` and ``calls`` are indexed by activity name id (``TraceData.names``);
-    ``kept`` holds ``(ts, dur, name id)`` of each activity in a span whose name
-    ``keep_calls`` selected, in file order. ``starts``/``ends`` are the union of the
-    spans (an activity inside overlapping spans counts once); ``overlaps`` counts the
-    spans that overlap the one before.
-    """
-
-    spans: list[tuple[float, float, str]] = field(default_factory=list)
-    starts: list[float] = field(default_factory=list)
-    ends: list[float] = field(default_factory=list)
-    overlaps: int = 0
-    total_us: list[float] = field(default_factory=list)
-    calls: list[int] = field(default_factory=list)
-    kept: list[tuple[float, float, int]] = field(default_factory=list)
-
-    def close_spans(self) -> None:
-        """Sort the spans and build their union (once the file is read)."""
-        self.spans.sort()
-        for s, d, _ in self.spans:
-            if self.ends and s < self.ends[-1]:
-                self.overlaps += 1
-                self.ends[-1] = max(self.ends[-1], s + d)
-            else:
-                self.starts.append(s)
-                self.ends.append(s + d)
+    ts: float
+    dur: float
+    name: str
+    step: StepName
+    ext: int = -1
 
 
 @dataclass
 class TraceData:
-    """What one rank's file contributes to the summary (sized by distinct names and
-    spans, not by GPU activities)."""
+    """What one rank's file contributes to the summary: small tables, the step spans, and
+    the GPU activities and host launch calls as numpy arrays (``ACT_DTYPE``,
+    ``LAUNCH_DTYPE``, in file order)."""
 
     path: str
     parser: str = ""
@@ -169,23 +166,30 @@ class TraceData:
     activities: int = 0  # GPU activities: kernels, memory copies and sets
     kernels: int = 0  # of which kernels (``cat: kernel``); none in a CPU-only trace
     activity_pids: Counter = field(default_factory=Counter)  # device pid -> distinct activity names
-    kinds: dict[str, KindTotals] = field(default_factory=dict)
-    # CPU annotation (user_annotation) spans per kind, as (ts, dur, name) in file order:
-    # the steps of a rank whose trace has no GPU annotations (a CPU-only run).
-    cpu_spans: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict)
+    gpu_spans: list[Span] = field(default_factory=list)  # step annotations on the GPU, file order
+    cpu_spans: list[Span] = field(default_factory=list)  # step annotations on the CPU, file order
     gpu_annotation_names: Counter = field(default_factory=Counter)
     cpu_annotation_names: Counter = field(default_factory=Counter)
-    graph_launch_corr: list[int] = field(default_factory=list)
-    graph_launches_seen: set = field(default_factory=set)  # launch correlation ids some activity carries
+    graph_launches: list[tuple[float, int]] = field(default_factory=list)  # (ts, correlation)
+    # activity row (in acts) -> (element count, dtype, process group) of a kept collective call
+    collective_args: dict[int, tuple[int | None, str | None, str | None]] = field(default_factory=dict)
+    process_groups: dict[str, int] = field(default_factory=dict)  # distributedInfo.pg_config: name -> size
+    acts: np.ndarray = field(default_factory=lambda: np.zeros(0, ACT_DTYPE))
+    launches: np.ndarray = field(default_factory=lambda: np.zeros(0, LAUNCH_DTYPE))
     bad_events: int = 0
 
     @property
-    def spans(self) -> dict[str, list[tuple[float, float, str]]]:
-        return {kind: t.spans for kind, t in self.kinds.items()}
+    def graph_launch_corr(self) -> list[int]:
+        return [c for _, c in self.graph_launches]
 
     @property
     def graph_launches_without_activity(self) -> int:
-        return sum(1 for c in self.graph_launch_corr if c not in self.graph_launches_seen)
+        """Graph launches whose correlation no recorded GPU activity carries: their kernels
+        are missing from the trace."""
+        if not self.graph_launches:
+            return 0
+        seen = set(np.unique(self.acts["corr"]).tolist())
+        return sum(1 for _, c in self.graph_launches if c not in seen)
 
 
 def rank_from_filename(path: str) -> int | None:
@@ -244,7 +248,7 @@ class _Stream:
 
     def __enter__(self):
         try:
-            self._fh = gzip.open(self.path, "rb") if self.gzipped else open(self.path, "rb")
+            self._fh = igzip.open(self.path, "rb") if self.gzipped else open(self.path, "rb")
         except OSError as exc:
             raise TraceInputError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
         return self
@@ -263,7 +267,7 @@ class _Stream:
             ) from None
         except gzip.BadGzipFile as exc:
             raise TraceInputError(f"{self.path}: corrupt gzip: {exc}") from None
-        except zlib.error as exc:
+        except (zlib.error, isal_zlib.error) as exc:
             raise TraceInputError(f"{self.path}: corrupt gzip data: {exc}") from None
         except OSError as exc:
             raise TraceInputError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
@@ -283,69 +287,69 @@ class _Stream:
         return b"".join(self._recent)
 
 
-def read_trace(path: str, span_patterns: Mapping[str, re.Pattern] | None = None,
-               parser: str = "auto", keep_calls: Callable[[str, str], bool] | None = None) -> TraceData:
-    """Read one trace file (one pass and a spill file, see the module's docstring).
+def read_trace(path: str, matcher: StepMatcher | None = None, parser: str = "auto",
+               keep_calls: Callable[[str, str], bool] | None = None) -> TraceData:
+    """Read one trace file (one pass and two spill files, see the module's docstring).
 
-    ``span_patterns`` maps a span kind (e.g. ``"decode"``) to a compiled regex; a
-    ``gpu_user_annotation`` span is a span of every kind whose regex matches its name
-    (``re.search``). ``keep_calls(name, cat)`` selects the activity names whose calls
-    inside spans are kept one by one (``KindTotals.kept``). ``parser`` is ``"auto"``
-    (fast path, general fallback), ``"fast"`` (fail rather than fall back; for tests)
-    or ``"general"``.
+    ``matcher`` decides which annotation names are steps (default: :class:`StepMatcher`
+    with vLLM's families). ``keep_calls(name, cat)`` selects the activity names whose
+    collective arguments are kept (``TraceData.collective_args``). ``parser`` is ``"auto"``
+    (fast path, general fallback), ``"fast"`` (fail rather than fall back; for tests) or
+    ``"general"``.
     """
-    span_patterns = dict(span_patterns or {})
+    matcher = matcher or StepMatcher()
     if parser not in ("auto", "fast", "general"):
         raise TraceInputError(f"unknown parser {parser!r} (auto, fast or general)")
     if parser != "general":
         try:
-            return _read(path, span_patterns, keep_calls, "fast", _fast_scan)
+            return _read(path, matcher, keep_calls, "fast", _fast_scan)
         except _LayoutMismatch as exc:
             if parser == "fast":
                 raise TraceInputError(f"{path}: not in torch's exporter layout ({exc})") from None
-    return _read(path, span_patterns, keep_calls, "general", _general_scan)
+    return _read(path, matcher, keep_calls, "general", _general_scan)
 
 
-def _read(path, span_patterns, keep_calls, parser, scan) -> TraceData:
-    b = _Builder(path, span_patterns, parser, keep_calls)
+def _read(path, matcher, keep_calls, parser, scan) -> TraceData:
+    b = _Builder(path, matcher, parser, keep_calls)
     with _Stream(path) as stream:
         # _Stream turns its own OSErrors into TraceInputError: what is left is the spill's.
         try:
             with tempfile.TemporaryDirectory(prefix="vllm-trace-") as tmp:
-                spill_path = os.path.join(tmp, "activities.bin")
-                with open(spill_path, "wb", buffering=_SPILL_BUFFER) as spill:
-                    b.spill = spill
+                acts_path, launch_path = os.path.join(tmp, "activities.bin"), os.path.join(tmp, "launches.bin")
+                with open(acts_path, "wb", buffering=_SPILL_BUFFER) as spill, \
+                        open(launch_path, "wb", buffering=_SPILL_BUFFER) as launches:
+                    b.spill, b.launch_spill = spill, launches
                     scan(stream, b)
-                    b.spill = None
-                with open(spill_path, "rb") as spill:
-                    b.attribute(spill)
+                    b.spill = b.launch_spill = None
+                b.data.acts = np.fromfile(acts_path, dtype=ACT_DTYPE)
+                b.data.launches = np.fromfile(launch_path, dtype=LAUNCH_DTYPE)
         except OSError as exc:
             raise TraceInputError(f"{path}: cannot spill GPU activities to a temporary file "
                                   f"({tempfile.gettempdir()}): {exc.strerror or exc}") from None
         except struct.error:
-            raise TraceInputError(f"{path}: a GPU activity's correlation id is beyond 64 bits") from None
+            raise TraceInputError(f"{path}: a correlation id is beyond 64 bits") from None
         return b.finish(stream)
 
 
 class _Builder:
     """Collects events into a TraceData, whichever parser found them."""
 
-    def __init__(self, path: str, span_patterns: Mapping[str, re.Pattern], parser: str,
+    def __init__(self, path: str, matcher: StepMatcher, parser: str,
                  keep_calls: Callable[[str, str], bool] | None):
-        self.data = TraceData(path=path, parser=parser, kinds={k: KindTotals() for k in span_patterns},
-                              cpu_spans={k: [] for k in span_patterns})
-        self.span_patterns = list(span_patterns.items())
+        self.data = TraceData(path=path, parser=parser)
+        self.matcher = matcher
         self.keep_calls = keep_calls
         self.keep: list[bool] = []  # by name id: keep_calls(name, cat)
-        self.spill = None  # the spill file's writer, while the file is scanned
+        self.spill = None  # the spill files' writers, while the file is scanned
+        self.launch_spill = None
         self._intern: dict = {}
 
-    def gpu_span(self, name: str, ts: float, dur: float) -> None:
+    def span(self, gpu: bool, name: str, ts: float, dur: float, ext: int) -> None:
         d = self.data
-        _count_capped(d.gpu_annotation_names, normalize_annotation(name))
-        for kind, regex in self.span_patterns:
-            if regex.search(name):
-                d.kinds[kind].spans.append((ts, dur, name))
+        _count_capped(d.gpu_annotation_names if gpu else d.cpu_annotation_names, normalize_annotation(name))
+        step = self.matcher(name)
+        if step is not None:
+            (d.gpu_spans if gpu else d.cpu_spans).append(Span(ts, dur, name, step, ext))
 
     def name_id(self, key, cat: str, name: str, pid) -> int:
         """The id of a new activity name (the caller looked ``key`` up in ``_intern``)."""
@@ -355,44 +359,7 @@ class _Builder:
         d.name_cats.append(cat)
         d.activity_pids[pid] += 1
         self.keep.append(bool(self.keep_calls and self.keep_calls(name, cat)))
-        for t in d.kinds.values():
-            t.total_us.append(0.0)
-            t.calls.append(0)
         return nid
-
-    def attribute(self, spill) -> None:
-        """Add the spilled activities, in file order, into the kinds whose spans hold
-        their start; note the cudaGraphLaunch calls whose kernels were seen."""
-        d = self.data
-        for t in d.kinds.values():
-            t.close_spans()
-        live = [(t.starts, t.ends, t.total_us, t.calls, t.kept) for t in d.kinds.values() if t.spans]
-        wanted, seen = set(d.graph_launch_corr), d.graph_launches_seen
-        keep = self.keep
-        if not live and not wanted:
-            return
-        iter_unpack, read = _SPILL.iter_unpack, spill.read
-        while True:
-            buf = read(_SPILL_READ)
-            if not buf:
-                break
-            for ts, dur, nid, corr in iter_unpack(buf):
-                for starts, ends, total_us, calls, kept in live:
-                    j = bisect_right(starts, ts) - 1
-                    if j >= 0 and ts < ends[j]:
-                        total_us[nid] += dur
-                        calls[nid] += 1
-                        if keep[nid]:
-                            kept.append((ts, dur, nid))
-                if corr in wanted:
-                    seen.add(corr)
-
-    def cpu_span(self, name: str, ts: float, dur: float) -> None:
-        d = self.data
-        _count_capped(d.cpu_annotation_names, normalize_annotation(name))
-        for kind, regex in self.span_patterns:
-            if regex.search(name):
-                d.cpu_spans[kind].append((ts, dur, name))
 
     def finish(self, stream: _Stream) -> TraceData:
         d = self.data
@@ -401,6 +368,9 @@ class _Builder:
             rank, world = info.get("rank"), info.get("world_size")
             d.rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
             d.world_size = world if isinstance(world, int) and not isinstance(world, bool) else None
+            for pg in info.get("pg_config") or []:
+                if isinstance(pg, dict) and isinstance(pg.get("pg_size"), int):
+                    d.process_groups[str(pg.get("pg_name"))] = pg["pg_size"]
         props = _top_level_value(stream, "deviceProperties")
         if isinstance(props, list):
             for p in props:
@@ -482,18 +452,20 @@ def _fast_scan(stream: _Stream, b: _Builder) -> None:
 
 def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
     """Parse the events of interest in one piece with a single regex pass, spill its GPU
-    activities, then check that every occurrence of their categories in the piece was
-    parsed (one layout per file is assumed; the first event's layout was checked before)."""
+    activities and launch calls, then check that every occurrence of the GPU categories in
+    the piece was parsed (one layout per file is assumed; the first event's layout was
+    checked before)."""
     d = b.data
-    intern, name_id = b._intern, b.name_id
-    pack = _SPILL.pack
-    records = []
-    record = records.append
-    launch = d.graph_launch_corr.append
-    kernels = gpu = launches = 0
+    intern, name_id, keep = b._intern, b.name_id, b.keep
+    pack, pack_launch = _SPILL.pack, _LAUNCH.pack
+    records, launches = [], []
+    record, launch = records.append, launches.append
+    graph = d.graph_launches.append
+    kernels = gpu = 0
+    row = d.activities
     args_end = layout.args_end
     for m in layout.event.finditer(piece):
-        cat, name, pid, ts, dur, corr = m.groups()
+        cat, name, pid, ts, dur, ext, corr = m.groups()
         try:
             tsf, durf = float(ts), float(dur)
         except ValueError:
@@ -506,31 +478,43 @@ def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
             nid = intern.get((cat, name))
             if nid is None:
                 nid = name_id((cat, name), cat.decode(), _decode_json_string(name), pid)
-            record(pack(tsf, durf, nid, int(corr) if corr else _fast_correlation(piece, m.end(), args_end)))
-        elif cat == b"gpu_user_annotation":
-            gpu += 1
-            b.gpu_span(_decode_json_string(name), tsf, durf)
-        elif cat == b"user_annotation":
-            b.cpu_span(_decode_json_string(name), tsf, durf)
-        else:  # cudaGraphLaunch
-            launches += 1
-            c = int(corr) if corr else _fast_correlation(piece, m.end(), args_end)
+            record(pack(tsf, durf, nid, int(corr) if corr else _fast_arg(piece, m.end(), args_end, _CORRELATION)))
+            if keep[nid]:
+                d.collective_args[row + len(records) - 1] = _fast_collective(piece, m.end(), args_end)
+        elif cat == b"gpu_user_annotation" or cat == b"user_annotation":
+            is_gpu = cat == b"gpu_user_annotation"
+            gpu += is_gpu
+            b.span(is_gpu, _decode_json_string(name), tsf, durf,
+                   int(ext) if ext else _fast_arg(piece, m.start(), args_end, _EXTERNAL_ID))
+        else:  # a launch call on the host
+            c = int(corr) if corr else _fast_arg(piece, m.end(), args_end, _CORRELATION)
             if c >= 0:
-                launch(c)
-    if (kernels != piece.count(b'"cat": "kernel"') or gpu != piece.count(b'"cat": "gpu_')
-            or launches != piece.count(b'"name": "cudaGraphLaunch')):
+                launch(pack_launch(tsf, c))
+                if name.startswith((b"cudaGraphLaunch", b"cuGraphLaunch", b"hipGraphLaunch")):
+                    graph((tsf, c))
+    if kernels != piece.count(b'"cat": "kernel"') or gpu != piece.count(b'"cat": "gpu_'):
         raise _LayoutMismatch("an event of interest is laid out differently")
     d.activities += len(records)
     d.kernels += kernels
     b.spill.write(b"".join(records))
+    b.launch_spill.write(b"".join(launches))
 
 
-def _fast_correlation(piece: bytes, start: int, args_end: bytes) -> int:
-    """The ``"correlation"`` in the args of the event whose args start at ``start``, or -1
-    (where the layout's regex did not find it at the start of the args)."""
+def _fast_arg(piece: bytes, start: int, args_end: bytes, regex: re.Pattern) -> int:
+    """An integer argument (``regex``'s group) of the event whose args start at ``start``,
+    or -1 (where the layout's regex did not find it at the start of the args)."""
     end = piece.find(args_end, start)
-    m = _CORRELATION.search(piece, start, len(piece) if end < 0 else end)
+    m = regex.search(piece, start, len(piece) if end < 0 else end)
     return int(m.group(1)) if m else -1
+
+
+def _fast_collective(piece: bytes, start: int, args_end: bytes) -> tuple[int | None, str | None, str | None]:
+    """(element count, dtype, process group) from a collective kernel's args, None where absent."""
+    end = piece.find(args_end, start)
+    end = len(piece) if end < 0 else end
+    nelems, dtype, group = (r.search(piece, start, end) for r in (_NELEMS, _DTYPE, _GROUP))
+    return (int(nelems.group(1)) if nelems else None, _decode_json_string(dtype.group(1)) if dtype else None,
+            _decode_json_string(group.group(1)) if group else None)
 
 
 def _general_events(stream: _Stream):
@@ -564,6 +548,7 @@ def _x_event(ev: dict):
 def _general_scan(stream: _Stream, b: _Builder) -> None:
     d = b.data
     pack, write = _SPILL.pack, b.spill.write
+    pack_launch, write_launch = _LAUNCH.pack, b.launch_spill.write
     for ev in _general_events(stream):
         if not isinstance(ev, dict):
             d.bad_events += 1
@@ -576,34 +561,43 @@ def _general_scan(stream: _Stream, b: _Builder) -> None:
             if x is None:
                 d.bad_events += 1
                 continue
-            if cat == "user_annotation":
-                b.cpu_span(*x)
-            elif cat == "gpu_user_annotation":
-                b.gpu_span(*x)
+            if cat == "user_annotation" or cat == "gpu_user_annotation":
+                b.span(cat == "gpu_user_annotation", *x, _int_arg(ev, "External id"))
             else:
                 name, ts, dur = x
                 key = (cat, name)
                 nid = b._intern.get(key)
                 if nid is None:
                     nid = b.name_id(key, cat, name, str(ev.get("pid")).encode())
+                if b.keep[nid]:
+                    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+                    nelems, dtype, group = args.get("In msg nelems"), args.get("dtype"), args.get("Process Group Name")
+                    d.collective_args[d.activities] = (
+                        nelems if _is_num(nelems) else None, dtype if isinstance(dtype, str) else None,
+                        group if isinstance(group, str) else None)
                 d.activities += 1
                 if cat == "kernel":
                     d.kernels += 1
-                write(pack(ts, dur, nid, _correlation(ev)))
-        elif cat == "cuda_runtime" and str(ev.get("name", "")).startswith("cudaGraphLaunch"):
-            corr = _correlation(ev)
-            if corr >= 0:
-                d.graph_launch_corr.append(corr)
+                write(pack(ts, dur, nid, _int_arg(ev, "correlation")))
+        elif (cat == "cuda_runtime" or cat == "cuda_driver") and ev.get("ph") == "X":
+            name, ts = ev.get("name"), ev.get("ts")
+            if isinstance(name, str) and _is_num(ts) and _LAUNCH_NAME.match(name):
+                corr = _int_arg(ev, "correlation")
+                if corr >= 0:
+                    write_launch(pack_launch(float(ts), corr))
+                    if _GRAPH_LAUNCH.match(name):
+                        d.graph_launches.append((float(ts), corr))
 
 
 def _is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _correlation(ev: dict) -> int:
+def _int_arg(ev: dict, key: str) -> int:
+    """A non-negative integer argument of an event (``correlation``, ``External id``), or -1."""
     args = ev.get("args")
     if isinstance(args, dict):
-        c = args.get("correlation")
+        c = args.get(key)
         if isinstance(c, int) and not isinstance(c, bool):
             return c
         if isinstance(c, float) and c.is_integer():

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from .errors import TraceInputError
 from .summary import NOT_MEASURED
+from .verdict import describe
 
 _NAME_WIDTH = 90
 
@@ -23,8 +24,18 @@ def to_markdown(summary: Mapping) -> str:
     out: list[str] = []
     ranks = summary["ranks"]
     measured = [r for r in ranks if _measured(r)]
-    out.append(f"## Decode steps (`{summary.get('decode_pattern', '')}`)")
+    if measured:
+        out.extend(_verdict(summary))
+    out.extend(_decomposition(measured))
+    out.extend(_collectives(summary))
+    out.extend(_steps(measured))
+    out.append(f"## Decode steps (`{summary.get('decode_pattern', '')}`): kernel-time sums")
     out.append("")
+    if measured:
+        out.append("Kernel-time sums over every decode step, outlier steps included: overlapping streams count twice "
+                   "and all-reduce time includes waiting for other ranks, so the all-reduce share measures waiting as "
+                   "much as communication. The steady decomposition above is the answer; these are the raw sums.")
+        out.append("")
     out.extend(_overview(ranks, "decode_steps"))
     ar = summary.get("allreduce") or {}
     if ar.get("share_mean") is not None:
@@ -61,6 +72,147 @@ def to_markdown(summary: Mapping) -> str:
         out.append("")
         out.extend(f"- {_cell(w)}" for w in warnings)
     return "\n".join(out) + "\n"
+
+
+def verdict_sentence(summary: Mapping) -> str:
+    """The verdict and the steady step it rests on, in one line (the campaign headline's body):
+    ``host-bound on rank 0: decode step 16.46 ms; GPU busy 7.97 ms (48%); all-reduce transfer
+    0.46 ms (2.8%); rank 1 waits 7.78 ms for rank 0``."""
+    v = summary.get("verdict") or {}
+    words = describe(v)
+    ev = v.get("evidence") or {}
+    if v.get("kind") in (None, "inconclusive") or not ev.get("period_ms"):
+        return words
+    period = ev["period_ms"]
+    parts = [f"decode step {_ms(period)} ms", f"GPU busy {_ms(ev['busy_ms'])} ms ({100 * ev['busy_ms'] / period:.0f}%)",
+             f"all-reduce transfer {_ms(ev['allreduce_transfer_ms'])} ms "
+             f"({100 * ev['allreduce_transfer_ms'] / period:.1f}%)"]
+    if ev.get("max_wait_rank") is not None and ev.get("max_wait_ms"):
+        whom = f" for rank {ev['rank']}" if ev.get("straggler") is not None else ""
+        parts.append(f"rank {ev['max_wait_rank']} waits {_ms(ev['max_wait_ms'])} ms{whom}")
+    if v.get("kind") == "compute-bound" and ev.get("top_category"):
+        parts.append(f"{ev['top_category']} {_ms(ev['top_category_ms'])} ms")
+    return f"{words}: " + "; ".join(parts)
+
+
+def _ms(v) -> str:
+    return "-" if v is None else (f"{v:.2f}" if abs(v) >= 0.995 or v == 0 else f"{v:.3g}")
+
+
+def _verdict(summary: Mapping) -> list[str]:
+    v = summary.get("verdict")
+    if not v:
+        return []
+    out = ["## Verdict", "", f"**{verdict_sentence(summary)}**", ""]
+    ev = v.get("evidence") or {}
+    if v.get("reason"):
+        out += [f"Why: {v['reason']}.", ""]
+    if ev:
+        out += ["| evidence | value |", "| --- | --- |"]
+        for key, value in ev.items():
+            if value is not None:
+                out.append(f"| {key} | {_cell(value)} |")
+        out.append("| thresholds | " + ", ".join(f"{k} {val}" for k, val in (v.get("thresholds") or {}).items()) + " |")
+        out.append("")
+    if v.get("next"):
+        out += ["Next experiments:", ""] + [f"{i}. {_cell(x)}" for i, x in enumerate(v["next"], 1)] + [""]
+    ctx = summary.get("context") or {}
+    if ctx:
+        known = ", ".join(f"{k} {ctx[k]}" for k in ("gpu", "interconnect", "tensor_parallel_size", "cuda_graphs")
+                          if ctx.get(k) is not None)
+        unknown = "" if ctx.get("interconnect") else " (interconnect unknown: no nvidia-smi topo -m recorded)"
+        out += [f"Hardware as the advisor knew it: {known or 'nothing'}{unknown}.", ""]
+    return out
+
+
+def _decomposition(ranks: list) -> list[str]:
+    rows = [(r, r.get("decomposition")) for r in ranks if r.get("decomposition")]
+    if not rows:
+        return []
+    cats: list[str] = []
+    for _, d in rows:
+        cats += [c for c in d["compute_ms"] if c not in cats]
+    head = ("| part of the mean steady decode step (ms) | "
+            + " | ".join(f"rank {r.get('rank')}" for r, _ in rows) + " |")
+    out = ["## The steady decode step, decomposed", "",
+           "Means over the steady decode steps (see the steady state below); the parts add up to the period. "
+           "Compute is busy time by category with overlaps given once; all-reduce is the time only all-reduce "
+           "ran, split into transfer (the last arriver's time) and waiting for other ranks.", "",
+           head, "| --- |" + " ---: |" * len(rows)]
+
+    def line(label, values):
+        out.append(f"| {label} | " + " | ".join(values) + " |")
+
+    line("period (step start to next step start)", [_num(d["period_ms"]) for _, d in rows])
+    for c in cats:
+        line(f"compute: {c}", [_num(d["compute_ms"].get(c)) for _, d in rows])
+    line("all-reduce transfer", [_num(d["allreduce_transfer_ms"]) for _, d in rows])
+    line("all-reduce waiting for other ranks", [_num(d["allreduce_wait_ms"]) for _, d in rows])
+    line("GPU idle inside the step window", [_num(d["idle_in_window_ms"]) for _, d in rows])
+    line("host time outside the window", [_num(d["host_ms"]) for _, d in rows])
+    line("(GPU busy, the union of activities)", [_num(d["busy_ms"]) for _, d in rows])
+    line("(share of idle where the host had not launched the next kernel)",
+         [_pct(d.get("idle_host_share")) for _, d in rows])
+    line("(steps averaged)", [str(d["steps"]) for _, d in rows])
+    return [*out, ""]
+
+
+def _collectives(summary: Mapping) -> list[str]:
+    coll = summary.get("collectives") or {}
+    groups = coll.get("groups") or []
+    if not groups:
+        return []
+    out = ["## All-reduce across ranks (steady steps)", "",
+           "| group | ranks | calls/step | bytes (median) | transfer µs (median, p90) | bus GB/s "
+           "| skew µs (median, p90) | last arriver |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for g in groups:
+        t, sk, b = g.get("transfer_us") or {}, g.get("skew_us") or {}, g.get("message_bytes") or {}
+        last = max((g.get("last_arriver_share") or {}).items(), key=lambda kv: kv[1], default=(None, None))
+        out.append(f"| {_cell(g.get('group') or '(unnamed)')} | {', '.join(str(x) for x in g.get('ranks', []))} "
+                   f"| {_num(g.get('calls_per_step'), 1)} | {_num(b.get('median'), 0)} "
+                   f"| {_num(t.get('median'))}, {_num(t.get('p90'))} | {_num(g.get('busbw_gbps'))} "
+                   f"| {_num(sk.get('median'), 1)}, {_num(sk.get('p90'), 1)} "
+                   f"| rank {last[0]} ({_pct(last[1])}) |")
+    st = coll.get("straggler")
+    if st:
+        out += ["", (f"Straggler: rank {st['rank']}, last to arrive at {_pct(st['last_arrival_share'])} of the "
+                     f"collectives." if st.get("named") else
+                     f"No clear straggler: the most frequent last arriver, rank {st['rank']}, is last at only "
+                     f"{_pct(st['last_arrival_share'])} (threshold {_pct(st['threshold'])}).")]
+    waits = coll.get("by_rank") or {}
+    if waits:
+        out.append("Waiting per steady step: " + ", ".join(f"rank {k} {_num(v.get('wait_ms_per_step'))} ms"
+                                                          for k, v in waits.items()) + ".")
+    return [*out, ""]
+
+
+def _steps(ranks: list) -> list[str]:
+    out: list[str] = []
+    for r in ranks:
+        steps = r.get("steps") or []
+        if not steps:
+            continue
+        if not out:
+            out += ["## Steps", "", "Per rank and step (ms): period from this step's start to the next decode step's, "
+                    "the GPU window (first activity to last), busy (union of activities), idle inside the window, "
+                    "host time outside it, all-reduce transfer and waiting.", ""]
+        out += [f"Rank {r.get('rank')} (steps from {_STEPS_FROM.get(r.get('steps_from'), '-')}):", "",
+                "| step | phase | batch | period | window | busy | idle | host | AR transfer | AR wait | graphs "
+                "| steady |",
+                "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for s in steps:
+            batch = s.get("batch_size") if s.get("batch_size") is not None else "-"
+            if s["phase"] != "decode":
+                kept = "-"
+            else:
+                kept = "yes" if s.get("steady") else "left out: " + _cell(s.get("left_out") or "")
+            cells = [str(s["index"]), s["phase"], str(batch)] + [
+                _num(s.get(k)) for k in ("period_ms", "window_ms", "busy_ms", "idle_ms", "host_ms",
+                                         "allreduce_transfer_ms", "allreduce_wait_ms")
+            ] + [str(s.get("graph_launches", 0)), kept]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return out
 
 
 def _measured(r) -> bool:

@@ -1,99 +1,112 @@
-"""Where decode time goes: per-rank category breakdown and skew-corrected all-reduce.
+"""Where decode time goes: one summary over the traces of one run (one file per rank).
 
-Semantics (issue 3):
+This module only orchestrates; each question has its module and its definitions there:
+:mod:`.annotations` (which spans are steps, and of which phase), :mod:`.timeline` (a step's
+window, busy, idle and period on one rank), :mod:`.steady` (statistics and the steady-state
+rule), :mod:`.collectives` (transfer, waiting and the straggler across ranks) and
+:mod:`.verdict` (what bounds the step, and what to try).
 
-* A *step* is a ``gpu_user_annotation`` span whose name matches the decode (or
-  prefill) pattern. A GPU activity (``kernel``, ``gpu_memcpy``, ``gpu_memset``)
-  belongs to a step when its start lies inside the span (``start <= ts < end``) on
-  the same rank. The *CUDA time* of a step is the sum of its activities' durations
-  (overlapping streams are summed, not merged).
-* The default decode pattern matches vLLM's pure decode steps (no prefill, at least
-  one generation request; an empty ``execute_context_0(0)_generation_0(0)`` step is
-  not one); when no rank has any, spans named ``ProfilerStep#N`` are used instead (and
-  a warning says so).
-* GPU time is *measured* on a rank only when its trace holds GPU kernel events
-  (``gpu_kernels`` > 0, ``gpu_time_measured``). A trace without any (vLLM's CPU
-  backend, or a profile taken without CUDA activities) has nothing to measure: its
-  CUDA time, category and all-reduce figures are null, never zero, it is left out of
-  every group-wide figure, and a warning says so. Its steps are still counted, from
-  the CPU annotations (``user_annotation`` spans of the same names, ``steps_from``),
-  and ``step_wall_ms_per_step`` is then their CPU wall time.
-* All-reduce skew: the k-th all-reduce call (in start order, inside decode steps)
-  of every rank is one collective. Its transfer time is the *minimum* duration
-  over ranks, since the last rank to arrive waits least; what a rank spends above
-  that minimum is waiting for the others.
+The summary (JSON) holds, per rank (``ranks[]``): ``steps[]``, one row per step (decode,
+prefill and mixed) with the figures of :mod:`.timeline` plus ``allreduce_transfer_ms`` and
+``allreduce_wait_ms`` (sums over the step's calls, :mod:`.collectives`), ``steady`` (false
+for a step the steady-state rule left out) and ``left_out`` (why); ``step_stats`` (median,
+p90, mean, min, max over every decode step) and ``steady_stats`` (over the steady ones);
+``decomposition``: the mean steady decode step split into parts that add up to its period
+(``compute_ms`` by category, ``allreduce_transfer_ms``, ``allreduce_wait_ms``,
+``idle_in_window_ms``, ``host_ms``); ``by_batch_size``. Across ranks: ``steady_state`` (the
+rule, the steps left out and why), ``collectives`` (groups, per-rank waits, straggler),
+``verdict`` and ``context`` (what the advisor knew of the hardware).
+
+Kept from earlier versions, with their meaning unchanged: per rank ``decode_steps``,
+``cuda_ms_per_step`` (kernel-time sum per decode step over *all* decode steps, so it includes
+waiting inside collectives and double-counts overlapping streams), ``categories`` (the same
+sum per category), ``allreduce_share`` (all-reduce kernel time over that sum: it measures
+waiting as much as communication), ``top_kernels``; and ``allreduce`` across ranks, whose
+``ms_per_step_skew_corrected`` is the transfer per decode step over all decode steps.
+
+GPU time is *measured* on a rank only when its trace holds GPU kernel events
+(``gpu_time_measured``). A trace without any (vLLM's CPU backend) has null GPU figures,
+never zeros; it is left out of every group-wide figure, and a warning says so. Its steps
+are still counted from the CPU annotations.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from statistics import fmean
 
+import numpy as np
+
+from . import collectives, steady, timeline, verdict
+from .annotations import DECODE, MIXED, PREFILL, StepMatcher
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
 from .errors import TraceInputError
-from .reader import KindTotals, TraceData, find_trace_files, rank_from_filename, read_trace
+from .reader import TraceData, find_trace_files, rank_from_filename, read_trace
 
-DEFAULT_DECODE_PATTERN = r"^execute_(?:\d+_)?context_0\([\d_]*\)_generation_[1-9]\d*\([\d_]*\)$"
+# The decode steps the default finds (vLLM's native and detailed names), as one regex, for
+# the record and the help text; the families in .annotations decide.
+DEFAULT_DECODE_PATTERN = (r"^execute_(?:\d+_)?context_0\((?:[\d_]*|sq0sk0sqsq0sqsk0)\)"
+                          r"_generation_[1-9]\d*\((?:[\d_]*|sq\d+sk\d+sqsq\d+sqsk\d+)\)$")
 FALLBACK_DECODE_PATTERN = r"^ProfilerStep#\d+$"
-DEFAULT_PREFILL_PATTERN = r"^execute_(?:\d+_)?context_[1-9]\d*\([\d_]*\)_generation_\d+\([\d_]*\)$"
+DEFAULT_PREFILL_PATTERN = (r"^execute_(?:\d+_)?context_[1-9]\d*\((?:[\d_]*|sq\d+sk\d+sqsq\d+sqsk\d+)\)"
+                           r"_generation_0\((?:[\d_]*|sq0sk0sqsq0sqsk0)\)$")
 NCCL_ALLREDUCE_PATTERN = r"nccl(?:Dev)?Kernel_AllReduce"
 
-_DECODE, _FALLBACK, _PREFILL = "decode", "fallback", "prefill"
 # Said of a rank whose trace holds no GPU kernel events; the CLI, the Markdown and the
 # campaign report use the same words.
 NOT_MEASURED = "no GPU kernel events in the trace (CPU-only run?): GPU time and all-reduce share not measured"
+STEP_FIGURES = ("period_ms", "window_ms", "busy_ms", "idle_ms", "idle_host_ms", "host_ms", "cpu_ms",
+                "allreduce_kernel_ms", "allreduce_transfer_ms", "allreduce_wait_ms")
 
 
 def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
               prefill_pattern: str | None = None, keep_going: bool = False, top: int = 10,
-              categories: object = None, jobs: int | None = None, parser: str = "auto") -> dict:
+              categories: object = None, jobs: int | None = None, parser: str = "auto",
+              context: Mapping | None = None) -> dict:
     """Summarize the traces of one run (one file per rank; directories are expanded).
 
-    ``categories`` adds classification rules ahead of the built-in table (see
-    :func:`vllm_ops.traces.categories.parse_rules` for the accepted shapes).
-    ``jobs`` bounds the worker processes (default: one per file, at most one per
-    CPU). Raises :class:`TraceInputError` with a one-line message on bad input;
-    with ``keep_going`` a bad file only adds a warning, unless every file is bad.
+    ``decode_pattern`` / ``prefill_pattern`` override the annotation families for that phase
+    (:class:`.annotations.StepMatcher`). ``categories`` adds classification rules ahead of the
+    built-in table (:func:`.categories.parse_rules`). ``context`` tells the advisor about the
+    hardware: ``interconnect`` (``nvlink``/``pcie``), ``gpu``, ``tensor_parallel_size``,
+    ``cuda_graphs``; what it lacks comes from the traces where they say it. ``jobs`` bounds the
+    worker processes (default: one per file, at most one per CPU). Raises
+    :class:`TraceInputError` with a one-line message on bad input; with ``keep_going`` a bad
+    file only adds a warning, unless every file is bad.
     """
     if isinstance(top, bool) or not isinstance(top, int) or top < 0:
         raise TraceInputError(f"top must be a non-negative integer, got {top!r}")
-    user_decode = decode_pattern is not None
-    patterns = {
-        _DECODE: _compile("decode_pattern", decode_pattern or DEFAULT_DECODE_PATTERN),
-        _PREFILL: _compile("prefill_pattern", prefill_pattern or DEFAULT_PREFILL_PATTERN),
-    }
-    if not user_decode:
-        patterns[_FALLBACK] = re.compile(FALLBACK_DECODE_PATTERN)
+    for what, pattern in (("decode_pattern", decode_pattern), ("prefill_pattern", prefill_pattern)):
+        if pattern is not None:
+            _compile(what, pattern)
+    if context is not None and not isinstance(context, Mapping):
+        raise TraceInputError(f"context must be a mapping, got {type(context).__name__}")
     rules = parse_rules(categories)
     Classifier(rules)  # validate the user's regexes here, once, with a clean message
     files = find_trace_files(paths)
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise TraceInputError(f"jobs must be a positive integer, got {jobs!r}")
-    tasks = [(f, {k: p.pattern for k, p in patterns.items()}, rules, top, parser) for f in files]
+    tasks = [(f, decode_pattern, prefill_pattern, rules, top, parser) for f in files]
     workers = min(len(files), jobs or _cpu_count())
     if workers <= 1:
         results = [_rank_worker(t) for t in tasks]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(_rank_worker, tasks))
-
     warnings: list[str] = []
     ranks: list[dict] = []
     errors: list[str] = []
     for ok, value in results:
-        if ok:
-            ranks.append(value)
-        else:
-            errors.append(value)
+        (ranks if ok else errors).append(value)
     if errors and not keep_going:
         raise TraceInputError(errors[0] + ("" if len(errors) == 1 else f" (and {len(errors) - 1} more bad files)"))
     if not ranks:
         raise TraceInputError(f"{errors[0]} (no readable trace left)")
     warnings.extend(f"skipped {e}" for e in errors)
-    return _combine(ranks, patterns, user_decode, warnings)
+    return _combine(ranks, decode_pattern, prefill_pattern, dict(context or {}), warnings)
 
 
 def _compile(what: str, pattern: str) -> re.Pattern:
@@ -115,54 +128,70 @@ def _cpu_count() -> int:
 # --------------------------------------------------------------------------- per rank
 
 def _rank_worker(task) -> tuple[bool, object]:
-    """Runs in a worker process: read one file and reduce it to small per-kind stats."""
-    path, pattern_texts, rules, top, parser = task
+    """Runs in a worker process: read one file and reduce it to the rank's steps and calls."""
+    path, decode_pattern, prefill_pattern, rules, top, parser = task
     try:
-        patterns = {k: re.compile(p) for k, p in pattern_texts.items()}
         classifier = Classifier(rules)
-        data = read_trace(path, patterns, parser=parser, keep_calls=allreduce_calls(classifier))
+        data = read_trace(path, StepMatcher(decode_pattern, prefill_pattern), parser=parser,
+                          keep_calls=allreduce_calls(classifier))
         return True, summarize_rank(data, classifier, top)
     except TraceInputError as exc:
         return False, str(exc)
 
 
 def allreduce_calls(classifier: Classifier):
-    """The ``keep_calls`` for :func:`read_trace`: keep every all-reduce call inside a step,
-    which the cross-rank skew correction pairs call by call."""
+    """The ``keep_calls`` for :func:`read_trace`: the all-reduce kernels, whose collective
+    arguments (size, process group) the cross-rank matching uses."""
     return lambda name, cat: classifier.classify(name, cat) == ALLREDUCE
 
 
 def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> dict:
-    """Reduce one rank's TraceData (read with ``keep_calls=allreduce_calls(classifier)``)
-    to the figures the combined summary needs."""
-    cats = [classifier.classify(n, c) for n, c in zip(data.names, data.name_cats)]
-    nccl = re.compile(NCCL_ALLREDUCE_PATTERN)
-    is_nccl = [c == ALLREDUCE and bool(nccl.search(n)) for n, c in zip(data.names, cats)]
+    """Reduce one rank's TraceData to its steps, all-reduce calls and kernel tables."""
     out = {
-        "file": data.path,
-        "parser": data.parser,
-        "rank": data.rank,
+        "file": data.path, "parser": data.parser, "rank": data.rank,
         "rank_from": "distributedInfo" if data.rank is not None else None,
-        "world_size": data.world_size,
-        "device": _device_name(data),
-        "activities": data.activities,
-        "gpu_kernels": data.kernels,
-        "bad_events": data.bad_events,
+        "world_size": data.world_size, "device": _device_name(data), "activities": data.activities,
+        "gpu_kernels": data.kernels, "bad_events": data.bad_events,
         "gpu_annotation_names": data.gpu_annotation_names.most_common(8),
         "cpu_annotation_names": data.cpu_annotation_names.most_common(8),
-        "graph_launches": len(data.graph_launch_corr),
+        "graph_launches": len(data.graph_launches),
         "graph_launches_without_activity": data.graph_launches_without_activity,
-        "kinds": {},
+        "process_groups": data.process_groups, "timeline": timeline.trace_timeline(data),
+        "sets": {},
     }
-    for kind, totals in data.kinds.items():
-        cpu_spans = data.cpu_spans.get(kind) or []
-        if not data.kernels and not totals.spans and cpu_spans:
-            out["kinds"][kind] = _cpu_kind_stats(cpu_spans)
-        else:
-            out["kinds"][kind] = _kind_stats(data, totals, cats, is_nccl, classifier, top)
-    if out["kinds"].get(_DECODE, {}).get("steps"):
-        out["kinds"].pop(_FALLBACK, None)  # the fallback only matters where nothing else matched
+    launch_ts = timeline.launch_times(data)
+    out["activities_without_launch"] = int(np.isnan(launch_ts).sum()) if len(data.launches) else None
+    primary = ([s for s in data.gpu_spans if s.step.phase], [s for s in data.cpu_spans if s.step.phase])
+    fallback = ([s for s in data.gpu_spans if not s.step.phase], [s for s in data.cpu_spans if not s.step.phase])
+    for key, (gpu, cpu) in (("primary", primary), ("fallback", fallback)):
+        if key == "fallback" and (primary[0] or primary[1]):
+            continue
+        if not gpu and not cpu:
+            continue
+        rows = timeline.pick_steps(data, gpu, cpu, launch_ts)
+        table = timeline.step_table(data, classifier, rows)
+        cats = [classifier.classify(n, c) for n, c in zip(data.names, data.name_cats, strict=True)]
+        per_phase = {}
+        for phase in (DECODE, PREFILL, MIXED):
+            idx = np.array([s["index"] for s in table if s["phase"] == phase], np.int64)
+            tot, cnt = timeline.kernel_totals(data, rows, idx)
+            ranked = sorted((i for i in range(len(data.names)) if cnt[i]), key=lambda i: (-tot[i], data.names[i]))
+            per_phase[phase] = [(data.names[i], cats[i], float(tot[i]), int(cnt[i])) for i in ranked[:top]]
+        nccl = re.compile(NCCL_ALLREDUCE_PATTERN)
+        calls = timeline.allreduce_calls(data, classifier, rows)
+        calls["nccl"] = [bool(nccl.search(n)) for n in calls["name"]]
+        out["sets"][key] = {"steps_from": rows.steps_from, "steps": table, "calls": calls, "top": per_phase,
+                            "overlapping_spans": _overlaps(rows.spans)}
     return out
+
+
+def _overlaps(spans) -> int:
+    n, end = 0, None
+    for s in spans:
+        if end is not None and s.ts < end:
+            n += 1
+        end = max(end or s.ts + s.dur, s.ts + s.dur)
+    return n
 
 
 def _device_name(data: TraceData) -> str | None:
@@ -176,62 +205,10 @@ def _device_name(data: TraceData) -> str | None:
     return data.devices.get(pid)
 
 
-def _kind_stats(data: TraceData, totals: KindTotals, cats: list, is_nccl: list,
-                classifier: Classifier, top: int) -> dict:
-    # The reader added the activities up per name, over the union of the spans (an
-    # activity inside overlapping spans is counted once), and kept the all-reduce calls.
-    spans = totals.spans
-    tot, cnt = totals.total_us, totals.calls
-    n_names = len(data.names)
-    # same order whichever parser read the file
-    ar_calls = sorted(totals.kept, key=lambda c: (c[0], c[1], data.names[c[2]]))
-    steps = len(spans)
-    cuda_us = sum(tot)
-    by_cat = dict.fromkeys(classifier.categories, 0.0)
-    for nid, us in enumerate(tot):
-        if cnt[nid]:
-            by_cat[cats[nid]] = by_cat.get(cats[nid], 0.0) + us
-    ranked = sorted((i for i in range(n_names) if cnt[i]), key=lambda i: (-tot[i], data.names[i]))[:top]
-    return {
-        "steps": steps,
-        "steps_from": "gpu_user_annotation" if steps else None,
-        "overlapping_spans": totals.overlaps,
-        "wall_us": sum(d for _, d, _ in spans),
-        "cuda_us": cuda_us,
-        "activities_in_steps": sum(cnt),
-        "category_us": by_cat,
-        "top": [(data.names[i], cats[i], tot[i], cnt[i]) for i in ranked],
-        "allreduce_us": sum(d for _, d, _ in ar_calls),
-        "allreduce_nccl_us": sum(d for _, d, nid in ar_calls if is_nccl[nid]),
-        "allreduce_durations": [d for _, d, _ in ar_calls],
-        "allreduce_names": [data.names[nid] for _, _, nid in ar_calls],
-    }
-
-
-def _cpu_kind_stats(spans: list[tuple[float, float, str]]) -> dict:
-    """The steps of a rank without GPU kernels, from its CPU annotations: they are counted
-    and timed (CPU wall time), but there is no GPU time in them to add up (None, not 0)."""
-    totals = KindTotals(spans=list(spans))
-    totals.close_spans()
-    return {
-        "steps": len(spans),
-        "steps_from": "user_annotation",
-        "overlapping_spans": totals.overlaps,
-        "wall_us": sum(d for _, d, _ in spans),
-        "cuda_us": None,
-        "activities_in_steps": 0,
-        "category_us": {},
-        "top": [],
-        "allreduce_us": None,
-        "allreduce_nccl_us": None,
-        "allreduce_durations": [],
-        "allreduce_names": [],
-    }
-
-
 # --------------------------------------------------------------------------- across ranks
 
-def _combine(ranks: list[dict], patterns: dict, user_decode: bool, warnings: list[str]) -> dict:
+def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str | None, context: dict,
+             warnings: list[str]) -> dict:
     _assign_ranks(ranks, warnings)
     ranks.sort(key=lambda r: r["rank"])
     world = max((r["world_size"] for r in ranks if r["world_size"]), default=None)
@@ -243,54 +220,286 @@ def _combine(ranks: list[dict], patterns: dict, user_decode: bool, warnings: lis
                 f"world_size is {world} but {len(missing)} of the {world} ranks have no trace here "
                 f"(missing: {_ranges(missing)}); group-wide figures cover only ranks {_ranges(sorted(present))}."
             )
-
-    decode_kind = _DECODE
-    decode_used = patterns[_DECODE].pattern
-    if not user_decode and not any(r["kinds"][_DECODE]["steps"] for r in ranks):
-        if any(r["kinds"].get(_FALLBACK, {}).get("steps") for r in ranks):
-            decode_kind = _FALLBACK
-            decode_used = patterns[_FALLBACK].pattern
-            warnings.append(
-                "no vLLM decode steps (execute_context_0(...)_generation_N(...)) were found; "
-                "ProfilerStep#N spans are used as decode steps instead."
-            )
-
+    key = "primary"
+    decode_used = decode_pattern or DEFAULT_DECODE_PATTERN
+    has_decode = any(s["phase"] == DECODE for r in ranks for s in r["sets"].get("primary", {}).get("steps", []))
+    if decode_pattern is None and not has_decode and any(r["sets"].get("fallback") for r in ranks):
+        key, decode_used = "fallback", FALLBACK_DECODE_PATTERN
+        warnings.append("no vLLM decode steps (execute_context_0(...)_generation_N(...)) were found; "
+                        "ProfilerStep#N spans are used as decode steps instead.")
     for r in ranks:
-        _not_measured_warning(r, decode_kind, warnings)
+        r["set"] = r["sets"].get(key) or {"steps_from": None, "steps": [], "calls": None, "top": {},
+                                          "overlapping_spans": 0}
+        r["decode"] = [s for s in r["set"]["steps"] if s["phase"] == DECODE]
+        _not_measured_warning(r, warnings)
         _graph_warning(r, warnings)
         if r["bad_events"]:
             warnings.append(f"rank {r['rank']} ({_base(r)}): {r['bad_events']} events lacked a name, ts or dur "
                             "and were ignored.")
-    decode_entries = [_rank_entry(r, decode_kind, "decode_steps") for r in ranks]
-    _step_warnings(ranks, decode_kind, decode_used, "decode", warnings)
-    allreduce = _allreduce(ranks, decode_kind, warnings)
+        if r["set"]["steps_from"] == "user_annotation" and _measured(r) and r["activities_without_launch"]:
+            warnings.append(f"rank {r['rank']} ({_base(r)}): steps found from CPU annotations, but "
+                            f"{r['activities_without_launch']} of {r['activities']} GPU activities have no launch "
+                            "call with their correlation in the trace, so they could not be attributed to a step.")
+    _step_warnings(ranks, decode_used, warnings)
+    measured = [r for r in ranks if _measured(r) and r["decode"]]
+
+    # steady state, rule 3 across ranks with equal step counts
+    counts = {len(r["decode"]) for r in measured}
+    if measured and len(counts) == 1:
+        left = steady.group_left_out({r["rank"]: r["decode"] for r in measured})
+        left_by_rank = {r["rank"]: left for r in ranks}
+    else:
+        left_by_rank = {r["rank"]: {i: "; ".join(w) for i, w in steady.left_out(r["decode"]).items()}
+                        for r in measured}
+        left = {}
+    # collectives over every step, figures over the steady decode steps
+    calls = {r["rank"]: r["set"]["calls"] for r in measured if r["set"]["calls"] is not None}
+    groups = {}
+    for r in measured:
+        groups.update(r["process_groups"])
+    steady_idx = None
+    if measured and len(counts) == 1:
+        steady_idx = {s["index"] for s in measured[0]["decode"] if s["index"] not in left}
+    coll = collectives.match(calls, groups, steady_idx, warnings)
+    per_step = coll.pop("per_step")
+    entries = []
+    for r in ranks:
+        entries.append(_rank_entry(r, left_by_rank.get(r["rank"], {}), per_step.get(r["rank"], {})))
+    for e in entries:
+        if e["steady_steps"] is not None and e["decode_steps"]:
+            wait = [s.get("allreduce_wait_ms") or 0.0 for s in e["steps"] if s["phase"] == DECODE and s["steady"]]
+            if str(e["rank"]) in coll["by_rank"] and wait:
+                coll["by_rank"][str(e["rank"])]["wait_ms_per_step"] = round(fmean(wait), 4)
+    steady_state = {
+        "rule": steady.RULE,
+        "outlier_rel": steady.OUTLIER_REL, "first_step_min_steps": steady.FIRST_STEP_MIN_STEPS,
+        "left_out": [{"index": i, "reason": why} for i, why in sorted(left.items())] if left else
+                    [{"rank": r, "index": i, "reason": why} for r, d in sorted(left_by_rank.items())
+                     for i, why in sorted(d.items())],
+    }
+    for item in steady_state["left_out"]:
+        who = f"rank {item['rank']} " if "rank" in item else ""
+        warnings.append(f"steady state: {who}decode step {item['index']} left out of the steady figures: "
+                        f"{item['reason']}.")
+    ctx = _context(ranks, context)
+    decomp = {str(e["rank"]): e["decomposition"] for e in entries if e.get("decomposition")}
+    missing = None
+    if not measured:
+        missing = ("no GPU kernel events in the traces" if not any(_measured(r) for r in ranks)
+                   else "no decode steps with GPU activity")
+    elif any(r["graph_launches_without_activity"] for r in measured):
+        missing = ("CUDA graph launches without recorded kernels: the trace misses the kernels replayed from "
+                   "graphs, so busy time is undercounted")
+    v = verdict.judge(decomp, coll.get("straggler"), ctx, missing)
+    allreduce = _allreduce_legacy(entries, coll, warnings)
+    prefill = [_legacy_phase(r, e, PREFILL) for r, e in zip(ranks, entries, strict=True)
+               if any(s["phase"] == PREFILL for s in r["set"]["steps"])]
     unmeasured = [r["rank"] for r in ranks if not _measured(r)]
     if unmeasured and len(unmeasured) < len(ranks):
-        measured = sorted(r["rank"] for r in ranks if _measured(r))
+        ok = sorted(r["rank"] for r in ranks if _measured(r))
         one = len(unmeasured) == 1
         warnings.append(
             f"{len(unmeasured)} of the {len(ranks)} ranks ({_ranks_text(unmeasured)}) {'has' if one else 'have'} "
-            f"no GPU kernel events in "
-            f"{'its trace' if one else 'their traces'}: GPU time and all-reduce share not measured there, so the "
-            f"group-wide figures (all-reduce means, skew correction) cover only {_ranks_text(measured)}."
-        )
-    prefill = [_rank_entry(r, _PREFILL, "prefill_steps") for r in ranks if r["kinds"][_PREFILL]["steps"]]
-    for r in ranks:
-        st = r["kinds"][_PREFILL]
-        if st["steps"] and st["overlapping_spans"]:
-            warnings.append(f"rank {r['rank']} ({_base(r)}): {st['overlapping_spans']} prefill spans overlap "
-                            "the one before; activities in the overlap are counted once.")
+            f"no GPU kernel events in {'its trace' if one else 'their traces'}: GPU time and all-reduce share not "
+            f"measured there, so the group-wide figures (all-reduce means, skew correction) cover only "
+            f"{_ranks_text(ok)}.")
     return {
         "decode_pattern": decode_used,
-        "prefill_pattern": patterns[_PREFILL].pattern,
+        "prefill_pattern": prefill_pattern or DEFAULT_PREFILL_PATTERN,
         "world_size": world,
         "gpu_time_measured": len(unmeasured) < len(ranks),
         "ranks_without_gpu_kernels": unmeasured,
-        "ranks": decode_entries,
+        "ranks": entries,
+        "steady_state": steady_state,
+        "collectives": coll,
+        "verdict": v,
+        "context": ctx,
         "allreduce": allreduce,
         "prefill": prefill,
         "warnings": warnings,
     }
+
+
+def _context(ranks: list[dict], given: dict) -> dict:
+    devices = sorted({r["device"] for r in ranks if r.get("device")})
+    launches = sum(r["graph_launches"] for r in ranks)
+    ctx = {
+        "interconnect": given.get("interconnect"),
+        "gpu": given.get("gpu") or (", ".join(devices) if devices else None),
+        "tensor_parallel_size": given.get("tensor_parallel_size") or max(
+            (r["world_size"] for r in ranks if r["world_size"]), default=None),
+        "cuda_graphs": given.get("cuda_graphs") if given.get("cuda_graphs") is not None else (
+            (launches > 0) if any(_measured(r) for r in ranks) else None),
+    }
+    ctx["sources"] = {k: ("given" if given.get(k) is not None else "traces" if v is not None else None)
+                      for k, v in ctx.items()}
+    return ctx
+
+
+def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[float, float]]) -> dict:
+    st = r["set"]
+    rows = [dict(s) for s in st["steps"]]
+    measured = _measured(r)
+    for s in rows:
+        t, w = per_step.get(s["index"], (None, None))
+        if measured:
+            s["allreduce_transfer_ms"] = round(t / 1000.0, 4) if t is not None else (0.0 if not s["allreduce_calls"]
+                                                                                    else None)
+            s["allreduce_wait_ms"] = round(w / 1000.0, 4) if w is not None else (0.0 if not s["allreduce_calls"]
+                                                                                else None)
+        else:
+            for k in ("window_ms", "busy_ms", "idle_ms", "idle_host_ms", "host_ms", "kernel_ms",
+                      "allreduce_kernel_ms"):
+                s[k] = None
+            s["busy_ms_by_category"], s["kernel_ms_by_category"] = {}, {}
+            s["allreduce_transfer_ms"] = s["allreduce_wait_ms"] = None
+        s["steady"] = s["phase"] == DECODE and s["index"] not in left
+        s["left_out"] = left.get(s["index"]) if s["phase"] == DECODE else None
+    decode = [s for s in rows if s["phase"] == DECODE]
+    steady_rows = [s for s in decode if s["steady"]]
+    entry = {
+        "rank": r["rank"], "file": r["file"], "parser": r["parser"], "rank_from": r["rank_from"],
+        "device": r["device"], "gpu_kernels": r["gpu_kernels"], "gpu_time_measured": measured,
+        "decode_steps": len(decode), "steady_steps": len(steady_rows) if decode else None,
+        "steps_from": st["steps_from"] if rows else None,
+        "timeline": r["timeline"] if measured else None,
+        "step_stats": {k: steady.stats(s.get(k) for s in decode) for k in STEP_FIGURES} if decode else {},
+        "steady_stats": {k: steady.stats(s.get(k) for s in steady_rows) for k in STEP_FIGURES} if decode else {},
+        "decomposition": _decomposition(steady_rows) if measured else None,
+        "by_batch_size": _by_batch_size(decode),
+        "steps": rows,
+    }
+    entry.update(_legacy_figures(r, decode, measured, "decode"))
+    return entry
+
+
+def _decomposition(rows: list[dict]) -> dict | None:
+    """The mean steady decode step, split so that the parts add up to its period (ms):
+    compute busy by category, exposed all-reduce split into transfer and waiting in
+    proportion to the steps' all-reduce kernel time, GPU idle inside the window, and the
+    period's time outside the window. Over the steady decode steps that have a period."""
+    rows = [s for s in rows if s.get("period_ms") is not None and s.get("window_ms") is not None]
+    if not rows:
+        return None
+    n = len(rows)
+    compute: dict[str, float] = {}
+    transfer = wait = 0.0
+    for s in rows:
+        for cat, ms in s["busy_ms_by_category"].items():
+            if cat != ALLREDUCE:
+                compute[cat] = compute.get(cat, 0.0) + ms
+        exposed = s["busy_ms_by_category"].get(ALLREDUCE, 0.0)
+        kernel = s["allreduce_kernel_ms"] or 0.0
+        t, w = s.get("allreduce_transfer_ms") or 0.0, s.get("allreduce_wait_ms") or 0.0
+        if kernel > 0 and t + w > 0:
+            transfer += exposed * t / (t + w)
+            wait += exposed * w / (t + w)
+        else:
+            transfer += exposed
+    idle_host = [s["idle_host_ms"] for s in rows if s.get("idle_host_ms") is not None]
+    idle = sum(s["idle_ms"] for s in rows) / n
+    out = {
+        "steps": n,
+        "period_ms": round(sum(s["period_ms"] for s in rows) / n, 4),
+        "busy_ms": round(sum(s["busy_ms"] for s in rows) / n, 4),
+        "compute_ms": {c: round(v / n, 4) for c, v in compute.items()},
+        "allreduce_transfer_ms": round(transfer / n, 4),
+        "allreduce_wait_ms": round(wait / n, 4),
+        "idle_in_window_ms": round(idle, 4),
+        "host_ms": round(sum(s["host_ms"] for s in rows) / n, 4),
+        "idle_host_share": round(sum(idle_host) / n / idle, 4) if idle > 0 and len(idle_host) == n else None,
+    }
+    return out
+
+
+def _by_batch_size(decode: list[dict]) -> dict:
+    groups: dict[str, list[dict]] = {}
+    for s in decode:
+        groups.setdefault(str(s["batch_size"]) if s["batch_size"] is not None else "unknown", []).append(s)
+    return {bs: {"steps": len(rows), "steady_steps": sum(1 for s in rows if s["steady"]),
+                 **{k: (steady.stats(s.get(k) for s in rows if s["steady"]) or {}).get("median")
+                    for k in ("period_ms", "busy_ms", "idle_ms", "allreduce_transfer_ms", "allreduce_wait_ms")}}
+            for bs, rows in sorted(groups.items(), key=lambda kv: (kv[0] == "unknown", int(kv[0]) if kv[0].isdigit()
+                                                                   else 0))}
+
+
+def _legacy_figures(r: dict, steps: list[dict], measured: bool, phase: str) -> dict:
+    """The figures of earlier versions (kernel-time sums over every step of ``phase``)."""
+    n = len(steps)
+    has_time = n > 0 and measured
+    cuda = sum(s["kernel_ms"] or 0.0 for s in steps) if has_time else None
+    cats: dict[str, float] = {}
+    for s in steps if has_time else []:
+        for c, ms in s["kernel_ms_by_category"].items():
+            cats[c] = cats.get(c, 0.0) + ms
+    ar = sum(s["allreduce_kernel_ms"] or 0.0 for s in steps) if has_time else None
+    calls = r["set"]["calls"]
+    nccl_ms = None
+    if has_time and calls is not None:
+        idx = {s["index"] for s in steps}
+        nccl_ms = sum(d for st_, d, is_n in zip(calls["step"].tolist(), calls["dur"].tolist(), calls["nccl"],
+                                               strict=True) if is_n and st_ in idx) / 1000.0
+    wall = [s["cpu_ms"] if s["cpu_ms"] is not None else s["window_ms"] for s in steps]
+    wall = [w for w in wall if w is not None]
+
+    def per_step(ms):
+        return round(ms / n, 4) if has_time and ms is not None else None
+
+    def share(ms):
+        return round(ms / cuda, 4) if has_time and ms is not None and cuda else None
+
+    top = r["set"]["top"].get(phase, []) if has_time else []
+    return {
+        "cuda_ms_per_step": per_step(cuda),
+        "step_wall_ms_per_step": round(sum(wall) / len(wall), 4) if wall else None,
+        "categories": {c: {"ms_per_step": per_step(ms), "share": share(ms)} for c, ms in cats.items()},
+        "top_kernels": [{"name": name, "category": cat, "ms_per_step": round(us / 1000.0 / n, 4),
+                         "calls_per_step": round(k / n, 3)} for name, cat, us, k in top],
+        "allreduce_ms_per_step": per_step(ar),
+        "allreduce_share": share(ar),
+        "allreduce_nccl_ms_per_step": per_step(nccl_ms),
+        "allreduce_calls_per_step": round(sum(s["allreduce_calls"] for s in steps) / n, 3) if has_time else None,
+    }
+
+
+def _legacy_phase(r: dict, entry: dict, phase: str) -> dict:
+    steps = [s for s in entry["steps"] if s["phase"] == phase]
+    out = {"rank": r["rank"], "file": r["file"], "device": r["device"], "gpu_kernels": r["gpu_kernels"],
+           "gpu_time_measured": _measured(r), f"{phase}_steps": len(steps), "steps_from": entry["steps_from"]}
+    out.update(_legacy_figures(r, steps, _measured(r), phase))
+    return out
+
+
+def _allreduce_legacy(entries: list[dict], coll: dict, warnings: list[str]) -> dict:
+    live = [e for e in entries if e["decode_steps"] and e["gpu_time_measured"]]
+    out = {"share_mean": None, "ms_per_step_mean": None, "ms_per_step_skew_corrected": None,
+           "wait_ms_per_step_by_rank": {}, "calls_matched": 0, "nccl_share_mean": None,
+           "nccl_ms_per_step_mean": None, "share_by_rank": {}, "ms_per_step_by_rank": {}}
+    if not live:
+        return out
+    out.update({
+        "share_mean": round(fmean(e["allreduce_share"] or 0.0 for e in live), 4),
+        "ms_per_step_mean": round(fmean(e["allreduce_ms_per_step"] or 0.0 for e in live), 4),
+        "nccl_share_mean": round(fmean((e["allreduce_nccl_ms_per_step"] or 0.0) / e["cuda_ms_per_step"]
+                                       if e["cuda_ms_per_step"] else 0.0 for e in live), 4),
+        "nccl_ms_per_step_mean": round(fmean(e["allreduce_nccl_ms_per_step"] or 0.0 for e in live), 4),
+        "share_by_rank": {str(e["rank"]): e["allreduce_share"] for e in live},
+        "ms_per_step_by_rank": {str(e["rank"]): e["allreduce_ms_per_step"] for e in live},
+    })
+    matched = sum(g["calls_all_steps"] for g in coll["groups"])
+    if not matched:
+        return out
+    transfer, waits = [], {}
+    for e in live:
+        dec = [s for s in e["steps"] if s["phase"] == DECODE]
+        transfer.append(sum(s["allreduce_transfer_ms"] or 0.0 for s in dec) / len(dec))
+        waits[str(e["rank"])] = round(sum(s["allreduce_wait_ms"] or 0.0 for s in dec) / len(dec), 4)
+    out.update({"ms_per_step_skew_corrected": round(fmean(transfer), 4), "wait_ms_per_step_by_rank": waits,
+                "calls_matched": matched})
+    if len(live) == 1:
+        warnings.append("only one rank has decode steps with GPU kernels: the skew correction needs every rank "
+                        "of the group, so ms_per_step_skew_corrected is just that rank's own all-reduce time.")
+    return out
 
 
 def _assign_ranks(ranks: list[dict], warnings: list[str]) -> None:
@@ -317,125 +526,26 @@ def _assign_ranks(ranks: list[dict], warnings: list[str]) -> None:
                             f"treated as rank {free}.")
 
 
-def _rank_entry(r: dict, kind: str, steps_key: str) -> dict:
-    st = r["kinds"][kind]
-    steps = st["steps"]
-    has_time = steps > 0 and _measured(r)
-    cuda_us = st["cuda_us"]
-
-    def per_step(us: float) -> float | None:
-        return _ms(us / steps) if has_time else None
-
-    def share(us: float) -> float | None:
-        return _share(us / cuda_us) if has_time and cuda_us > 0 else None
-
-    ar_calls = len(st["allreduce_durations"])
-    return {
-        "rank": r["rank"],
-        "file": r["file"],
-        "device": r["device"],
-        "gpu_kernels": r["gpu_kernels"],
-        "gpu_time_measured": _measured(r),
-        steps_key: steps,
-        "steps_from": st["steps_from"],
-        "cuda_ms_per_step": per_step(cuda_us),
-        "step_wall_ms_per_step": _ms(st["wall_us"] / steps) if steps else None,
-        "categories": {
-            name: {"ms_per_step": per_step(us), "share": share(us)} for name, us in st["category_us"].items()
-        } if has_time else {},
-        "top_kernels": [
-            {"name": name, "category": cat, "ms_per_step": per_step(us), "calls_per_step": round(n / steps, 3)}
-            for name, cat, us, n in st["top"]
-        ] if has_time else [],
-        "allreduce_ms_per_step": per_step(st["allreduce_us"]),
-        "allreduce_share": share(st["allreduce_us"]),
-        "allreduce_nccl_ms_per_step": per_step(st["allreduce_nccl_us"]),
-        "allreduce_calls_per_step": round(ar_calls / steps, 3) if has_time else None,
-    }
-
-
-def _allreduce(ranks: list[dict], kind: str, warnings: list[str]) -> dict:
-    live = [r for r in ranks if r["kinds"][kind]["steps"] and _measured(r)]
-    empty = {
-        "share_mean": None, "ms_per_step_mean": None, "ms_per_step_skew_corrected": None,
-        "wait_ms_per_step_by_rank": {}, "calls_matched": 0,
-        "nccl_share_mean": None, "nccl_ms_per_step_mean": None,
-        "share_by_rank": {}, "ms_per_step_by_rank": {},
-    }
-    if not live:
-        return empty
-    stats = {r["rank"]: r["kinds"][kind] for r in live}
-    share_by = {k: s["allreduce_us"] / s["cuda_us"] if s["cuda_us"] else 0.0 for k, s in stats.items()}
-    us_by = {k: s["allreduce_us"] / s["steps"] for k, s in stats.items()}
-    nccl_share = [s["allreduce_nccl_us"] / s["cuda_us"] if s["cuda_us"] else 0.0 for s in stats.values()]
-    nccl_us = [s["allreduce_nccl_us"] / s["steps"] for s in stats.values()]
-    out = dict(empty)
-    out.update({
-        "share_mean": _share(fmean(share_by.values())),
-        "ms_per_step_mean": _ms(fmean(us_by.values())),
-        "nccl_share_mean": _share(fmean(nccl_share)),
-        "nccl_ms_per_step_mean": _ms(fmean(nccl_us)),
-        "share_by_rank": {str(k): _share(v) for k, v in share_by.items()},
-        "ms_per_step_by_rank": {str(k): _ms(v) for k, v in us_by.items()},
-    })
-    calls = {k: s["allreduce_durations"] for k, s in stats.items()}
-    counts = {k: len(v) for k, v in calls.items()}
-    matched = min(counts.values())
-    if matched == 0:
-        if any(counts.values()):
-            warnings.append("all-reduce calls do not match across ranks: some ranks have none in their "
-                            f"steps ({_per_rank(counts)}); no skew correction.")
-        return out
-    if len(set(counts.values())) > 1:
-        warnings.append(f"all-reduce calls do not match across ranks ({_per_rank(counts)} calls in decode "
-                        f"steps); only the first {matched} of each rank were paired as collectives.")
-    names = {k: s["allreduce_names"] for k, s in stats.items()}
-    mismatched = sum(1 for k in range(matched) if len({names[r][k] for r in names}) > 1)
-    if mismatched:
-        warnings.append(f"{mismatched} of {matched} paired all-reduce calls run different kernels on different "
-                        "ranks; the pairing by call order may be off.")
-    mins = [min(t) for t in zip(*(v[:matched] for v in calls.values()))]
-    per_call_min = sum(mins) / matched
-    calls_per_step = {k: counts[k] / stats[k]["steps"] for k in stats}
-    wait = {}
-    for k, v in calls.items():
-        extra = sum(d - m for d, m in zip(v, mins))
-        wait[str(k)] = _ms(extra / matched * calls_per_step[k])
-    out.update({
-        "ms_per_step_skew_corrected": _ms(per_call_min * fmean(calls_per_step.values())),
-        "wait_ms_per_step_by_rank": wait,
-        "calls_matched": matched,
-    })
-    if len(live) == 1:
-        warnings.append("only one rank has decode steps with GPU kernels: the skew correction needs every rank "
-                        "of the group, so ms_per_step_skew_corrected is just that rank's own all-reduce time.")
-    return out
-
-
-def _step_warnings(ranks: list[dict], kind: str, pattern: str, label: str, warnings: list[str]) -> None:
+def _step_warnings(ranks: list[dict], pattern: str, warnings: list[str]) -> None:
     for r in ranks:
-        st = r["kinds"][kind]
         where = f"rank {r['rank']} ({_base(r)})"
-        if not st["steps"] and not _measured(r) and not r["gpu_annotation_names"]:
-            seen = ", ".join(f"{n} x{c}" for n, c in r["cpu_annotation_names"]) or "none at all"
-            warnings.append(f"{where}: no {label} steps match '{pattern}'; CPU annotation names seen: {seen}.")
-        elif not st["steps"]:
-            seen = ", ".join(f"{n} x{c}" for n, c in r["gpu_annotation_names"]) or "none at all"
-            msg = f"{where}: no {label} steps match '{pattern}'; GPU annotation names seen: {seen}."
-            if not r["gpu_annotation_names"] and r["cpu_annotation_names"]:
-                cpu = ", ".join(f"{n} x{c}" for n, c in r["cpu_annotation_names"])
-                msg += (f" CPU annotations exist ({cpu}) but have no GPU projection "
-                        "(gpu_user_annotation), so kernels cannot be attributed to steps.")
-            warnings.append(msg)
-        elif _measured(r) and not st["activities_in_steps"]:
-            warnings.append(f"{where}: {st['steps']} {label} steps found but no GPU activity starts inside them.")
-        if st["overlapping_spans"]:
-            warnings.append(f"{where}: {st['overlapping_spans']} {label} spans overlap the one before; "
-                            "activities in the overlap are counted once.")
-    counts = {r["rank"]: r["kinds"][kind]["steps"] for r in ranks}
+        steps = r["decode"]
+        if not steps:
+            gpu = ", ".join(f"{n} x{c}" for n, c in r["gpu_annotation_names"])
+            cpu = ", ".join(f"{n} x{c}" for n, c in r["cpu_annotation_names"])
+            msg = f"{where}: no decode steps match '{pattern}'; GPU annotation names seen: {gpu or 'none at all'}"
+            if not r["gpu_annotation_names"]:
+                msg += f"; CPU annotation names seen: {cpu or 'none at all'}"
+            warnings.append(msg + ".")
+        elif _measured(r) and not any(s["activities"] for s in steps):
+            warnings.append(f"{where}: {len(steps)} decode steps found but no GPU activity starts inside them.")
+        if r["set"]["overlapping_spans"]:
+            warnings.append(f"{where}: {r['set']['overlapping_spans']} step spans overlap the one before; each "
+                            "activity is counted in the latest-starting span that holds it.")
+    counts = {r["rank"]: len(r["decode"]) for r in ranks}
     if len(set(counts.values())) > 1:
-        warnings.append(f"ranks have different {label} step counts ({_per_rank(counts)}); "
-                        "per-step figures are per rank.")
+        warnings.append(f"ranks have different decode step counts ({_per_rank(counts)}); per-step figures are per "
+                        "rank and the steady state is chosen rank by rank.")
 
 
 def _measured(r: dict) -> bool:
@@ -443,13 +553,12 @@ def _measured(r: dict) -> bool:
     return r["gpu_kernels"] > 0
 
 
-def _not_measured_warning(r: dict, kind: str, warnings: list[str]) -> None:
+def _not_measured_warning(r: dict, warnings: list[str]) -> None:
     if _measured(r):
         return
     msg = f"rank {r['rank']} ({_base(r)}): {NOT_MEASURED}; its GPU figures are null, not zero"
-    st = r["kinds"][kind]
-    if st["steps_from"] == "user_annotation":
-        msg += f"; its {st['steps']} decode steps are counted from the CPU annotations (user_annotation)"
+    if r["set"]["steps_from"] == "user_annotation" and r["decode"]:
+        msg += f"; its {len(r['decode'])} decode steps are counted from the CPU annotations (user_annotation)"
     if r["activities"]:
         msg += f" ({r['activities']} memory copies or sets are all the GPU activity it recorded)"
     warnings.append(msg + ".")
@@ -460,7 +569,7 @@ def _graph_warning(r: dict, warnings: list[str]) -> None:
     if missing:
         warnings.append(
             f"rank {r['rank']} ({_base(r)}): {missing} of {r['graph_launches']} cudaGraphLaunch calls have no "
-            "recorded GPU activity: kernels replayed from CUDA graphs are missing from the trace, so CUDA time "
+            "recorded GPU activity: kernels replayed from CUDA graphs are missing from the trace, so busy time "
             "and shares cover only what was recorded (profile with graph kernels traced, or --enforce-eager)."
         )
 

@@ -1,0 +1,156 @@
+"""Step annotations: which annotation names are engine steps, and what their names say.
+
+Each annotation family is one entry of :data:`FAMILIES`: a name, a regular expression over
+the whole annotation name and a parser of its match. The reader keeps every span (CPU
+``user_annotation`` and GPU ``gpu_user_annotation``) whose name some family, or the user's
+decode pattern, recognizes; nothing else in the reader knows the forms. A new form is one
+entry here.
+
+Families (tried in order, first match wins):
+
+* ``vllm`` — vLLM's native form, ``execute_context_{n}({tokens})_generation_{m}({tokens})``,
+  optionally ``execute_{T}_context_...``; token fields are digits, possibly with ``_``
+  (``(888_788544)``): the first number is the token count of that group.
+* ``vllm_detailed`` — ``detailed_trace_annotation`` (vLLM 0.26 and later):
+  ``execute_{T}_context_{n}(sq{a}sk{b}sqsq{c}sqsk{d})_generation_{m}(sq..sk..sqsq..sqsk..)``;
+  ``sq`` is the sum of query lengths (the group's scheduled tokens), ``sk`` the sum of key
+  lengths.
+* ``profiler_step`` — ``ProfilerStep#N`` (torch's ``profiler.step()``): a step of unknown
+  content, used as a decode step only when no rank has a vLLM step (with a warning).
+
+Parsed fields (``StepName``): ``phase`` is ``decode`` (no context request, at least one
+generation request), ``prefill`` (context requests only), ``mixed`` (both) or ``empty``
+(neither: vLLM annotates idle iterations too; never a step); ``context_requests`` (n) and
+``generation_requests`` (m); ``batch_size`` = n + m, the requests in the step;
+``scheduled_tokens`` = T where the name gives it, else the sum of the groups' token counts.
+Fields a name does not give are None.
+
+A user's ``--decode-pattern`` overrides the families for decode steps: a span whose name it
+matches is a decode step (parsed fields where a family also parses the name, else None).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+DECODE, PREFILL, MIXED, EMPTY = "decode", "prefill", "mixed", "empty"
+PHASES = (DECODE, PREFILL, MIXED)
+
+
+@dataclass(frozen=True)
+class StepName:
+    """What an annotation name says of its step."""
+
+    family: str
+    phase: str | None
+    context_requests: int | None = None
+    generation_requests: int | None = None
+    scheduled_tokens: int | None = None
+
+    @property
+    def batch_size(self) -> int | None:
+        if self.context_requests is None or self.generation_requests is None:
+            return None
+        return self.context_requests + self.generation_requests
+
+
+def _phase(n: int, m: int) -> str:
+    if n == 0:
+        return DECODE if m > 0 else EMPTY
+    return MIXED if m > 0 else PREFILL
+
+
+def _first_int(text: str) -> int:
+    digits = re.match(r"\d+", text)
+    return int(digits.group(0)) if digits else 0
+
+
+def _vllm(m: re.Match) -> StepName:
+    n, m_ = int(m["n"]), int(m["m"])
+    total = m["total"]
+    tokens = int(total) if total else _first_int(m["ctok"]) + _first_int(m["gtok"])
+    return StepName("vllm", _phase(n, m_), n, m_, tokens)
+
+
+def _sq(text: str) -> int:
+    hit = re.match(r"sq(\d+)", text)
+    return int(hit.group(1)) if hit else 0
+
+
+def _vllm_detailed(m: re.Match) -> StepName:
+    n, m_ = int(m["n"]), int(m["m"])
+    total = m["total"]
+    tokens = int(total) if total else _sq(m["ctok"]) + _sq(m["gtok"])
+    return StepName("vllm_detailed", _phase(n, m_), n, m_, tokens)
+
+
+def _profiler_step(_m: re.Match) -> StepName:
+    return StepName("profiler_step", None)
+
+
+_TOKENS = r"\d+(?:_\d+)*"
+_DETAILED = r"sq\d+sk\d+sqsq\d+sqsk\d+"
+
+# name -> (regex over the whole name, parser). Order matters: first match wins.
+FAMILIES: tuple[tuple[str, re.Pattern, Callable[[re.Match], StepName]], ...] = (
+    ("vllm", re.compile(
+        rf"^execute_(?:(?P<total>\d+)_)?context_(?P<n>\d+)\((?P<ctok>{_TOKENS})\)"
+        rf"_generation_(?P<m>\d+)\((?P<gtok>{_TOKENS})\)$"), _vllm),
+    ("vllm_detailed", re.compile(
+        rf"^execute_(?:(?P<total>\d+)_)?context_(?P<n>\d+)\((?P<ctok>{_DETAILED})\)"
+        rf"_generation_(?P<m>\d+)\((?P<gtok>{_DETAILED})\)$"), _vllm_detailed),
+    ("profiler_step", re.compile(r"^ProfilerStep#\d+$"), _profiler_step),
+)
+FALLBACK_FAMILY = "profiler_step"
+
+
+def parse_step_name(name: str) -> StepName | None:
+    """The first family that recognizes ``name``, parsed; None for any other annotation."""
+    for _family, regex, parse in FAMILIES:
+        hit = regex.match(name)
+        if hit:
+            return parse(hit)
+    return None
+
+
+class StepMatcher:
+    """Decides, per annotation name, whether it is a step and of which phase.
+
+    By default the families above decide. A user's ``decode_pattern`` (``prefill_pattern``)
+    replaces them for decode (prefill) steps: a name it matches (``re.search``) is a step of
+    that phase, with the fields a family parses from the name where one does, and a name it
+    does not match is never a step of that phase. Mixed steps come from the families only.
+    ``empty`` steps are never steps. Results are cached per name; the cache is bounded, since
+    detailed names differ from step to step.
+    """
+
+    _CACHE_MAX = 4096
+
+    def __init__(self, decode_pattern: str | None = None, prefill_pattern: str | None = None):
+        self.patterns = {DECODE: re.compile(decode_pattern) if decode_pattern else None,
+                         PREFILL: re.compile(prefill_pattern) if prefill_pattern else None}
+        self._cache: dict[str, StepName | None] = {}
+
+    def __call__(self, name: str) -> StepName | None:
+        hit = self._cache.get(name, False)
+        if hit is not False:
+            return hit
+        parsed = parse_step_name(name)
+        for phase, regex in self.patterns.items():
+            if regex is None:
+                continue
+            if regex.search(name):
+                parsed = StepName(parsed.family if parsed else "pattern", phase,
+                                  *(() if parsed is None else (parsed.context_requests,
+                                                               parsed.generation_requests,
+                                                               parsed.scheduled_tokens)))
+                break
+            if parsed is not None and (parsed.phase == phase or (phase == DECODE and parsed.phase is None)):
+                parsed = None
+        if parsed is not None and parsed.phase == EMPTY:
+            parsed = None
+        if len(self._cache) < self._CACHE_MAX:
+            self._cache[name] = parsed
+        return parsed

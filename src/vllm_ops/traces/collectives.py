@@ -1,0 +1,169 @@
+"""All-reduce across ranks: match the calls, split each into transfer and waiting, name the straggler.
+
+Definitions:
+
+* **Matching.** Calls are grouped by process group (NCCL's ``Process Group Name`` kernel
+  argument; calls without one, such as vLLM's custom all-reduce, form one unnamed group)
+  and matched by call order: the k-th call of a group on every rank is one collective.
+* ``transfer_us`` of a collective: its shortest duration over the ranks. Every rank leaves
+  the collective at about the same time, so the rank that arrived last waited least, and
+  its duration is the transfer (TraceLens' min-over-ranks latency).
+* ``wait_us`` of a rank in a collective: its duration minus the transfer: time it spent
+  in the kernel waiting for the others to arrive.
+* ``last_arriver``: the rank with the shortest duration (ties: the lowest rank). Arrival
+  order from durations needs no clock agreement between ranks (hosts).
+* ``skew_us``: longest minus shortest duration, the time the first arriver waited for
+  the last.
+* ``message_bytes``: element count x element size (NCCL's ``In msg nelems`` and
+  ``dtype``); null where the trace does not record them.
+* Bandwidths as nccl-tests computes them for all-reduce: ``algbw = bytes / transfer``,
+  ``busbw = algbw x 2(n-1)/n`` with n the group's size (from ``distributedInfo.pg_config``,
+  else the ranks with calls in the group); GB/s are 1e9 bytes per second.
+* The **straggler** is the rank that arrives last at the largest share of the collectives,
+  named when that share is at least :data:`STRAGGLER_MIN_SHARE`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+STRAGGLER_MIN_SHARE = 0.6
+
+DTYPE_BYTES = {
+    "BFloat16": 2, "Half": 2, "Float": 4, "Double": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "Int": 4, "Long": 8, "Short": 2, "Char": 1, "Byte": 1,
+    "Bool": 1, "bfloat16": 2, "float16": 2, "float32": 4, "float": 4, "half": 2, "int32": 4, "int64": 8,
+}
+
+
+def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int], steady: set[int] | None,
+          warnings: list[str]) -> dict:
+    """Match the all-reduce calls of every rank (``timeline.allreduce_calls`` dicts, by rank).
+
+    Returns ``{groups: [...], by_rank: {rank: {...}}, straggler, per_step: {rank: {step:
+    (transfer_us, wait_us)}}}``; ``steady`` (step indices) restricts the group and rank
+    figures to those steps' collectives (None: every step).
+    """
+    ranks = sorted(calls_by_rank)
+    out = {"groups": [], "by_rank": {}, "straggler": None, "per_step": {r: {} for r in ranks}}
+    if not ranks or not any(len(calls_by_rank[r]["dur"]) for r in ranks):
+        return out
+    keys = sorted({g if g is not None else "" for r in ranks for g in calls_by_rank[r]["group"]})
+    last_total = dict.fromkeys(ranks, 0)
+    wait_total = dict.fromkeys(ranks, 0.0)
+    matched_total = 0
+    for key in keys:
+        per_rank = {}
+        for r in ranks:
+            c = calls_by_rank[r]
+            idx = [i for i, g in enumerate(c["group"]) if (g if g is not None else "") == key]
+            per_rank[r] = idx
+        present = [r for r in ranks if per_rank[r]]
+        counts = {r: len(per_rank[r]) for r in present}
+        n_match = min(counts.values()) if counts else 0
+        label = key or "(unnamed)"
+        if len(set(counts.values())) > 1:
+            warnings.append(f"all-reduce group {label}: ranks have different call counts "
+                            f"({', '.join(f'rank {r}: {k}' for r, k in sorted(counts.items()))}); "
+                            f"only the first {n_match} of each were matched as collectives.")
+        if n_match == 0:
+            continue
+        if len(present) < 2:
+            warnings.append(f"all-reduce group {label}: only rank {present[0]} has a trace with its calls, so "
+                            "transfer and waiting cannot be told apart (the transfer shown is that rank's "
+                            "own kernel time).")
+        dur = np.array([[calls_by_rank[r]["dur"][i] for i in per_rank[r][:n_match]] for r in present])
+        step = np.array([[calls_by_rank[r]["step"][i] for i in per_rank[r][:n_match]] for r in present])
+        names = [[calls_by_rank[r]["name"][i] for i in per_rank[r][:n_match]] for r in present]
+        differ = sum(1 for k in range(n_match) if len({names[j][k] for j in range(len(present))}) > 1)
+        if differ:
+            warnings.append(f"all-reduce group {label}: {differ} of {n_match} matched calls run different kernels "
+                            "on different ranks; the matching by call order may be off.")
+        steps_differ = int(np.sum(np.any(step != step[0], axis=0)))
+        if steps_differ:
+            warnings.append(f"all-reduce group {label}: {steps_differ} of {n_match} matched calls fall in different "
+                            "step indices on different ranks (ranks profiled different steps?).")
+        transfer = dur.min(axis=0)
+        wait = dur - transfer
+        last = np.argmin(dur, axis=0)
+        for j, r in enumerate(present):
+            ps = out["per_step"][r]
+            for s_, t_, w_ in zip(step[j].tolist(), transfer.tolist(), wait[j].tolist(), strict=True):
+                a, b = ps.get(s_, (0.0, 0.0))
+                ps[s_] = (a + t_, b + w_)
+        keep = np.ones(n_match, bool) if steady is None else np.isin(step[0], list(steady))
+        if not keep.any():
+            keep = np.ones(n_match, bool)
+        first = calls_by_rank[present[0]]
+        nelems = [first["nelems"][i] for i in per_rank[present[0]][:n_match]]
+        dtypes = [first["dtype"][i] for i in per_rank[present[0]][:n_match]]
+        size = group_sizes.get(key) or len(present)
+        nbytes = np.array([(e * DTYPE_BYTES[d]) if e is not None and d in DTYPE_BYTES else np.nan
+                           for e, d in zip(nelems, dtypes, strict=True)])
+        t_k, b_k = transfer[keep], nbytes[keep]
+        skew = (dur.max(axis=0) - transfer)[keep]
+        last_k = last[keep]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            algbw = b_k / (t_k * 1e-6) / 1e9
+        busbw = algbw * (2.0 * (size - 1) / size) if size > 1 else algbw * np.nan
+        steps_in = len(np.unique(step[0][keep]))
+        group = {
+            "group": key or None,
+            "ranks": present,
+            "size": size,
+            "calls": int(keep.sum()),
+            "calls_all_steps": n_match,
+            "calls_per_step": round(float(keep.sum()) / steps_in, 3) if steps_in else None,
+            "dtype": _mode(dtypes),
+            "message_bytes": _stats(b_k),
+            "transfer_us": _stats(t_k),
+            "transfer_us_mean": _r(float(np.mean(t_k))),
+            "transfer_ms_per_step": _r(float(t_k.sum()) / steps_in / 1000.0, 4) if steps_in else None,
+            "algbw_gbps": _r(_nanmedian(algbw), 3),
+            "busbw_gbps": _r(_nanmedian(busbw), 3),
+            "skew_us": _stats(skew),
+            "last_arriver_share": {str(r): round(float(np.mean(last_k == j)), 4) for j, r in enumerate(present)},
+        }
+        out["groups"].append(group)
+        matched_total += int(keep.sum())
+        for j, r in enumerate(present):
+            last_total[r] += int(np.sum(last_k == j))
+            wait_total[r] += float(wait[j][keep].sum())
+    steady_steps = len(steady) if steady else None
+    for r in ranks:
+        out["by_rank"][str(r)] = {
+            "last_arrival_share": round(last_total[r] / matched_total, 4) if matched_total else None,
+            "wait_ms_total": _r(wait_total[r] / 1000.0, 4),
+            "wait_ms_per_step": _r(wait_total[r] / 1000.0 / steady_steps, 4) if steady_steps else None,
+        }
+    if matched_total and len(ranks) > 1:
+        top = max(ranks, key=lambda r: (last_total[r], -r))
+        share = last_total[top] / matched_total
+        out["straggler"] = {"rank": top, "last_arrival_share": round(share, 4), "named": share >= STRAGGLER_MIN_SHARE,
+                            "threshold": STRAGGLER_MIN_SHARE}
+    return out
+
+
+def _mode(values: Sequence) -> object:
+    vals = [v for v in values if v is not None]
+    return max(set(vals), key=vals.count) if vals else None
+
+
+def _nanmedian(x: np.ndarray) -> float | None:
+    x = x[~np.isnan(x)]
+    return float(np.median(x)) if len(x) else None
+
+
+def _stats(x: np.ndarray) -> dict | None:
+    x = np.asarray(x, float)
+    x = x[~np.isnan(x)]
+    if not len(x):
+        return None
+    return {"median": _r(float(np.median(x))), "p90": _r(float(np.percentile(x, 90))), "mean": _r(float(x.mean())),
+            "min": _r(float(x.min())), "max": _r(float(x.max()))}
+
+
+def _r(v: float | None, digits: int = 3) -> float | None:
+    return None if v is None or v != v else round(v, digits)

@@ -1,0 +1,82 @@
+"""Statistics over steps, and the steady state: which decode steps represent the run.
+
+The steady-state rule (documented once, here; thresholds are the constants below):
+
+1. The first decode step of every rank is left out when a rank has at least
+   :data:`FIRST_STEP_MIN_STEPS` decode steps: the profiler starts while the engine runs,
+   ranks start profiling hundreds of milliseconds apart, and the first collective of the
+   capture absorbs that gap.
+2. A decode step whose duration (its period; the window for the last step, which has no
+   period; the CPU annotation on a rank without GPU kernels) lies further than
+   :data:`OUTLIER_REL` times the rank's median from that median is left out.
+3. The ranks of a tensor-parallel group run the same steps in lockstep, and collectives are
+   matched across them: a step index left out on one rank is left out on every rank (when
+   the ranks have the same number of decode steps).
+
+Every step left out is named with its reason, and the summary warns about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+FIRST_STEP_MIN_STEPS = 3
+OUTLIER_REL = 0.5
+RULE = ("left out: each rank's first decode step (when it has at least 3), and any decode step whose period "
+        "(window for the last step) is further than 50% of the rank's median from that median; a step left out "
+        "on one rank is left out on all ranks of the group")
+
+
+def stats(values: Iterable[float | None]) -> dict | None:
+    """median, p90, mean, min, max and n of the values that are not None (None when none are)."""
+    x = np.array([v for v in values if v is not None], float)
+    if not len(x):
+        return None
+    return {"median": _r(np.median(x)), "p90": _r(np.percentile(x, 90)), "mean": _r(x.mean()),
+            "min": _r(x.min()), "max": _r(x.max()), "n": len(x)}
+
+
+def step_duration(step: Mapping) -> float | None:
+    """The duration rule 2 compares: period, else window, else CPU annotation (ms)."""
+    for key in ("period_ms", "window_ms", "cpu_ms"):
+        if step.get(key) is not None:
+            return step[key]
+    return None
+
+
+def left_out(decode_steps: Sequence[Mapping]) -> dict[int, list[str]]:
+    """Step index -> reasons, for one rank's decode steps (rules 1 and 2)."""
+    out: dict[int, list[str]] = {}
+    if len(decode_steps) >= FIRST_STEP_MIN_STEPS:
+        out[decode_steps[0]["index"]] = ["first profiled step (profiler start-up; ranks start profiling apart)"]
+    durations = [step_duration(s) for s in decode_steps]
+    known = [d for d in durations if d is not None]
+    if len(known) >= FIRST_STEP_MIN_STEPS:
+        median = float(np.median(known))
+        for s, d in zip(decode_steps, durations, strict=True):
+            if d is not None and median > 0 and abs(d - median) > OUTLIER_REL * median:
+                out.setdefault(s["index"], []).append(
+                    f"lasts {d:.2f} ms, {d / median:.1f}x the median step ({median:.2f} ms), outside the median "
+                    f"+/- {int(OUTLIER_REL * 100)}%")
+    return out
+
+
+def group_left_out(per_rank: Mapping[int, Sequence[Mapping]]) -> dict[int, str]:
+    """Rule 3: ``{step index: reason}`` over the ranks, each reason naming the ranks it holds on."""
+    merged: dict[int, list[tuple[int, list[str]]]] = {}
+    for rank, steps in sorted(per_rank.items()):
+        for idx, why in left_out(steps).items():
+            merged.setdefault(idx, []).append((rank, why))
+    out = {}
+    for idx, hits in sorted(merged.items()):
+        first = [r for r, why in hits if why[0].startswith("first")]
+        parts = ["first profiled step (profiler start-up; ranks start profiling apart)"] if first else []
+        parts += [f"rank {r} {w}" for r, why in hits for w in why if not w.startswith("first")]
+        out[idx] = "; ".join(parts)
+    return out
+
+
+def _r(v) -> float:
+    return round(float(v), 4)
