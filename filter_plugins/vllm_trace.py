@@ -12,6 +12,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from vllm_ops.traces import TraceInputError, summarize, to_markdown
+    from vllm_ops.traces.topology import parse_topology
 except ImportError as exc:  # the controller's Python lacks the project's package
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -27,7 +28,7 @@ def _require(name: str) -> None:
 
 
 def vllm_trace_summary(paths, decode_pattern=None, prefill_pattern=None, keep_going=False, top=10,
-                       categories=None, jobs=None):
+                       categories=None, jobs=None, context=None):
     """Trace files or directories (one file per rank) -> the summary dict."""
     name = "vllm_trace_summary"
     _require(name)
@@ -39,7 +40,7 @@ def vllm_trace_summary(paths, decode_pattern=None, prefill_pattern=None, keep_go
         raise AnsibleFilterError(f"{name}: keep_going must be a boolean, got {keep_going!r}")
     try:
         return summarize([str(p) for p in paths], decode_pattern=decode_pattern, prefill_pattern=prefill_pattern,
-                         keep_going=keep_going, top=top, categories=categories, jobs=jobs)
+                         keep_going=keep_going, top=top, categories=categories, jobs=jobs, context=context)
     except TraceInputError as exc:
         raise AnsibleFilterError(f"{name}: {exc}") from None
 
@@ -58,6 +59,15 @@ def vllm_trace_markdown(summary):
         raise AnsibleFilterError(f"{name}: malformed summary: {exc}") from None
 
 
+def vllm_trace_topology(text):
+    """``nvidia-smi topo -m`` output -> {interconnect, gpus, links}."""
+    name = "vllm_trace_topology"
+    _require(name)
+    if text is not None and not isinstance(text, str):
+        raise AnsibleFilterError(f"{name}: expected the text nvidia-smi topo -m printed, got {type(text).__name__}")
+    return parse_topology(text)
+
+
 class FilterModule:
     """vLLM trace summary filters."""
 
@@ -65,4 +75,5 @@ class FilterModule:
         return {
             "vllm_trace_summary": vllm_trace_summary,
             "vllm_trace_markdown": vllm_trace_markdown,
+            "vllm_trace_topology": vllm_trace_topology,
         }

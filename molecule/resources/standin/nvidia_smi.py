@@ -229,6 +229,26 @@ def summary(snap):
     return out
 
 
+def topology(gpus):
+    """``nvidia-smi topo -m``: the GPU matrix, each pair linked by GPU_SIM_TOPO_LINK (default
+    PIX: one PCIe switch, as on an 8-GPU PCIe host; NV18 for an NVLink host), and the legend."""
+    link = os.environ.get("GPU_SIM_TOPO_LINK", "PIX")
+    names = [f"GPU{i}" for i in gpus]
+    out = ["\t" + "\t".join(names) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"]
+    for row in names:
+        cells = [" X " if col == row else link for col in names]
+        out.append(f"{row}\t" + "\t".join(cells) + "\t0-47\t0\t\tN/A")
+    out += ["", "Legend:", "", "  X    = Self",
+            "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
+            "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a "
+            "NUMA node",
+            "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+            "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+            "  PIX  = Connection traversing at most a single PCIe bridge",
+            "  NV#  = Connection traversing a bonded set of # NVLinks"]
+    return out
+
+
 def parse_args(argv):
     opts = {"query_gpu": None, "query_apps": None, "format": None, "list": False,
             "only": None}
@@ -269,6 +289,13 @@ def fields_of(text):
 
 
 def run(argv):
+    if argv[:1] == ["topo"]:
+        if argv[1:] != ["-m"]:
+            raise Usage('Invalid combination of input arguments. Please run "nvidia-smi topo -h" for help.')
+        gpus = find_gpus()
+        if not gpus:
+            raise Usage("No devices were found", 6)
+        return topology(gpus)
     opts = parse_args(argv)
     if opts["query_gpu"] is not None or opts["query_apps"] is not None:
         query, table = (opts["query_gpu"], GPU_FIELDS) if opts["query_gpu"] is not None \

@@ -1,4 +1,6 @@
-"""PNG bar chart of decode CUDA time per step, by kernel category, one stacked bar per rank.
+"""PNG charts of a campaign: kernel time per decode step by category, one stacked bar per rank
+(:func:`write_chart`; kernel-time sums, so all-reduce includes waiting), and each decode step's
+period split into its parts, per rank, outliers marked (:func:`write_steps_chart`).
 
 Nothing unmeasured is drawn as a zero-height bar: a rank whose trace has no GPU kernels gets
 "no GPU kernels: not measured" where its bar would stand, and when no rank has any (vLLM's
@@ -12,7 +14,6 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from .errors import CampaignInputError
 from .figures import check_summary, decode_figures, rank_measured
 
 ALLREDUCE = "allreduce"
@@ -22,7 +23,7 @@ _PALETTE = ("#4c72b0", "#8da0cb", "#55a868", "#a6d854", "#c9b23c", "#8172b3", "#
 
 
 def chart_title(host: str | None = None, campaign_id: str | None = None) -> str:
-    base = "Decode CUDA time per step by kernel category"
+    base = "Decode kernel time per step by category (all-reduce includes waiting)"
     where = ", ".join(p for p in (host, f"campaign {campaign_id}" if campaign_id else None) if p)
     return f"{base}\n{where}" if where else base
 
@@ -111,7 +112,7 @@ def _draw(ax, ranks: list, cats: list[str]) -> None:
             ax.bar_label(container, labels=[f"{h:.2f} ms" if h >= 0.05 * tallest else ""
                                             for h in heights],
                          label_type="center", fontsize=8, color="white", fontweight="bold")
-        for x, h in zip(live_x, heights):
+        for x, h in zip(live_x, heights, strict=True):
             bottoms[x] += h
     top = max(bottoms) or 1.0
     for x in xs:
@@ -130,3 +131,97 @@ def _draw(ax, ranks: list, cats: list[str]) -> None:
     ax.legend(title="category (summarizer order, bottom up)", fontsize=8, title_fontsize=8,
               loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
+
+
+STEP_PARTS = (  # (label, colour): the parts of a step's period, bottom up
+    ("compute busy", "#4c72b0"),
+    ("all-reduce transfer", _HIGHLIGHT),
+    ("all-reduce waiting", "#f4a582"),
+    ("GPU idle in window", "#d0d0d0"),
+    ("host, outside window", "#8c8c8c"),
+)
+
+
+def step_parts(step: Mapping) -> list[float] | None:
+    """A step's period split as in the summarizer's decomposition (ms), or None without GPU
+    figures. The last step has no period: its host part is 0 and the bar is its window."""
+    busy = step.get("busy_ms_by_category")
+    if busy is None or step.get("window_ms") is None:
+        return None
+    exposed = busy.get(ALLREDUCE, 0.0)
+    compute = sum(v for k, v in busy.items() if k != ALLREDUCE)
+    t, w = step.get("allreduce_transfer_ms") or 0.0, step.get("allreduce_wait_ms") or 0.0
+    transfer, wait = (exposed * t / (t + w), exposed * w / (t + w)) if t + w > 0 else (exposed, 0.0)
+    host = step["host_ms"] if step.get("host_ms") is not None else 0.0
+    return [compute, transfer, wait, step.get("idle_ms") or 0.0, host]
+
+
+def write_steps_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None = None,
+                      campaign_id: str | None = None) -> dict:
+    """Per rank, one stacked bar per decode step: its period split into compute busy,
+    all-reduce transfer, all-reduce waiting, GPU idle inside the window and host time outside
+    it; steps the steady-state rule left out are hatched and labelled. PNG, atomic write.
+    Returns ``{path, ranks, steps, left_out, note}``; a summary without per-step GPU figures
+    gets a text instead of bars (``note``)."""
+    check_summary(summary)
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure
+
+    ranks = [r for r in summary["ranks"] if rank_measured(r) and any(
+        step_parts(s) for s in (r.get("steps") or []) if s.get("phase") == "decode")]
+    rows = max(1, len(ranks))
+    fig = Figure(figsize=(11.0, 2.6 * rows + 1.2), dpi=110, layout="constrained")
+    where = ", ".join(p for p in (host, f"campaign {campaign_id}" if campaign_id else None) if p)
+    fig.suptitle("Decode steps: where each step's time goes" + (f"\n{where}" if where else ""), fontsize=11)
+    drawn, left = 0, 0
+    note = None
+    if not ranks:
+        ax = fig.add_subplot()
+        note = "no per-step GPU figures in the summary (no GPU kernels, or a summary from an older version)"
+        ax.text(0.5, 0.5, f"No per-step chart:\n{note}.", ha="center", va="center", wrap=True,
+                transform=ax.transAxes)
+        ax.set_axis_off()
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0] if ranks else []
+    for ax, r in zip(axes, ranks, strict=False):
+        steps = [s for s in r["steps"] if s.get("phase") == "decode" and step_parts(s)]
+        xs = [s["index"] for s in steps]
+        parts = [step_parts(s) for s in steps]
+        bottom = [0.0] * len(steps)
+        for k, (label, colour) in enumerate(STEP_PARTS):
+            heights = [p[k] for p in parts]
+            ax.bar(xs, heights, bottom=bottom, color=colour, width=0.8, label=label, zorder=3,
+                   hatch=["//" if not s.get("steady") else None for s in steps], edgecolor="white", linewidth=0.4)
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        steady_tops = sorted(b for b, s in zip(bottom, steps, strict=True) if s.get("steady")) or sorted(bottom)
+        cap = steady_tops[len(steady_tops) // 2] * 3.0 if steady_tops else None
+        for x, b, s in zip(xs, bottom, steps, strict=True):
+            if not s.get("steady"):
+                left += 1
+                ax.annotate(f"left out\n{b:.1f} ms", (x, min(b, cap) if cap else b), ha="center", va="bottom",
+                            fontsize=7, xytext=(0, 2), textcoords="offset points")
+        if cap and max(bottom) > cap:
+            ax.set_ylim(0, cap * 1.15)  # an outlier step must not flatten the others: its bar is clipped
+        ax.set_ylabel(f"rank {r.get('rank')}\nms", fontsize=9)
+        ax.grid(axis="y", alpha=0.3, zorder=0)
+        drawn += len(steps)
+    if ranks:
+        from matplotlib.patches import Patch
+
+        axes[-1].set_xlabel("decode step (index in the trace)")
+        handles = [Patch(facecolor=c, label=label) for label, c in STEP_PARTS]
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="left out of the steady state"))
+        axes[0].legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", metadata={"Software": None})
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return {"path": str(path), "ranks": [r.get("rank") for r in ranks], "steps": drawn, "left_out": left,
+            "note": note}

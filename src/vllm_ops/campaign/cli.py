@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from .chart import write_chart
+from .chart import write_chart, write_steps_chart
 from .errors import CampaignInputError
 from .figures import check_summary, headline
 from .history import COLUMN_DOCS, append_history, history_row
@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--title", help="chart title (default: built from --host and --campaign-id)")
     c.add_argument("--host", help="host named in the default title")
     c.add_argument("--campaign-id", help="campaign id named in the default title")
+    st = sub.add_parser("steps", help="write the PNG chart of each decode step's parts, per rank")
+    st.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary as JSON")
+    st.add_argument("out", metavar="OUT_PNG", help="where to write the PNG")
+    st.add_argument("--host", help="host named in the title")
+    st.add_argument("--campaign-id", help="campaign id named in the title")
     h = sub.add_parser(
         "history", help="append the campaign's line to a history CSV",
         epilog="Columns: " + "; ".join(f"{k}: {v}" for k, v in COLUMN_DOCS.items()),
@@ -72,6 +77,11 @@ def run(args: argparse.Namespace) -> str:
         drawn = write_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id, title=args.title)
         note = f"; {drawn['note']}" if drawn["note"] else ""
         return f"wrote {drawn['path']} ({drawn['bars']} bars, {len(drawn['ranks'])} ranks{note})"
+    if args.command == "steps":
+        drawn = write_steps_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id)
+        note = f"; {drawn['note']}" if drawn["note"] else ""
+        return (f"wrote {drawn['path']} ({drawn['steps']} steps, {len(drawn['ranks'])} ranks, "
+                f"{drawn['left_out']} left out{note})")
     if args.command == "history":
         meta = _load_json(args.meta, "metadata")
         row = history_row(meta, summary)

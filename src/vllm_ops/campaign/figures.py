@@ -20,6 +20,13 @@ Definition (used by the headline, the history CSV and the report alike):
   that waits in all-reduce for a slow peer has a large share of a large CUDA time.
 * ``skew_corrected_ms`` is the summarizer's ``allreduce.ms_per_step_skew_corrected``
   (the transfer time per step without waiting for other ranks), or null.
+
+Those kernel-time figures include waiting inside collectives (a rank that waits for a late
+peer spins in the all-reduce kernel) and every outlier step. The headline therefore leads
+with the summarizer's *verdict* and its steady decode step (:func:`steady_figures`, from
+``verdict.evidence``: the verdict's rank's mean steady period, GPU busy time, all-reduce
+transfer and the longest wait of another rank); the kernel-time share stays in the report,
+labelled as including waiting. Summaries from before the verdict existed get the old line.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from statistics import fmean
 
+from ..traces.render import verdict_sentence
 from .errors import CampaignInputError
 
 NOT_MEASURED = "no GPU kernels in the traces: all-reduce share not measured"
@@ -111,6 +119,32 @@ def decode_figures(summary: Mapping) -> dict:
     return out
 
 
+def steady_figures(summary: Mapping) -> dict:
+    """The verdict and its steady decode step, for the headline and the history.
+
+    Returns ``{verdict, verdict_rank, straggler, steady_steps, period_ms, busy_ms, idle_ms,
+    transfer_ms, wait_ms}``; all None for a summary without a verdict (older summaries, or
+    nothing measured) and the figures None for an inconclusive one. ``idle_ms`` is the
+    period minus the busy time (GPU idle inside and outside the step window)."""
+    v = check_summary(summary).get("verdict") or {}
+    ev = v.get("evidence") or {}
+    straggler = ((summary.get("collectives") or {}).get("straggler") or {})
+    rank = ev.get("rank")
+    decomp = next((r.get("decomposition") for r in summary["ranks"] if r.get("rank") == rank), None) or {}
+    period, busy = ev.get("period_ms"), ev.get("busy_ms")
+    return {
+        "verdict": v.get("kind"),
+        "verdict_rank": v.get("rank"),
+        "straggler": straggler.get("rank") if straggler.get("named") else None,
+        "steady_steps": decomp.get("steps"),
+        "period_ms": period,
+        "busy_ms": busy,
+        "idle_ms": round(period - busy, 4) if period is not None and busy is not None else None,
+        "transfer_ms": ev.get("allreduce_transfer_ms"),
+        "wait_ms": ev.get("max_wait_ms"),
+    }
+
+
 def fmt_ms(value: float) -> str:
     """Milliseconds for a sentence: 2 decimals from 1 ms up, 3 significant digits below."""
     if value == 0 or abs(value) >= 0.995:
@@ -136,6 +170,11 @@ def headline(host: str, summary: Mapping, report_path: str | None = None) -> str
     tail = f" -> {report_path}" if report_path else ""
     n_warn = len(summary.get("warnings") or [])
     warn = [f"{n_warn} warning{'s' if n_warn != 1 else ''}"] if n_warn else []
+    if summary.get("verdict") and fig["gpu_time_measured"]:
+        extra = [f"{ranks_text(fig['ranks_not_measured'])} not measured: no GPU kernels"] \
+            if fig["ranks_not_measured"] else []
+        extra += warn
+        return f"{host}: {verdict_sentence(summary)}{' (' + '; '.join(extra) + ')' if extra else ''}{tail}"
     if fig["reason"] and fig["ranks_total"] and not fig["gpu_time_measured"]:
         steps = f"{fig['decode_steps']} decode steps" if fig["decode_steps"] else "no decode steps"
         return f"{host}: {fig['reason']} ({'; '.join([steps, *warn])}){tail}"

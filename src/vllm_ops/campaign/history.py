@@ -15,11 +15,11 @@ import fcntl
 import io
 import os
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .errors import CampaignInputError
-from .figures import check_summary, decode_figures
+from .figures import check_summary, decode_figures, steady_figures
 from .latency import iso_utc
 
 NCCL_VARS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MAX_NCHANNELS")
@@ -45,6 +45,16 @@ COLUMN_DOCS: dict[str, str] = {
     "allreduce_ms_per_step": "all-reduce ms per decode step, mean over the same ranks (empty: not measured)",
     "allreduce_share": "allreduce_ms_per_step / cuda_ms_per_step (0..1; empty: not measured)",
     "allreduce_skew_corrected_ms": "all-reduce ms per step without waiting for other ranks (empty: not measured)",
+    "verdict": "what bounds the steady decode step (host-bound, imbalanced, communication-bound, compute-bound, "
+               "inconclusive; empty: not measured or a summary without a verdict)",
+    "verdict_rank": "the rank the verdict is about (empty: none)",
+    "straggler": "the rank that arrives last at most collectives, when one is named (empty: none)",
+    "steady_steps": "decode steps in the verdict rank's steady mean (outliers left out)",
+    "steady_period_ms": "that rank's mean steady decode step, start to next start, ms",
+    "steady_busy_ms": "of which the GPU was busy (union of activities), ms",
+    "steady_idle_ms": "of which the GPU was idle, ms (period - busy)",
+    "steady_transfer_ms": "all-reduce transfer per steady step, without waiting, ms",
+    "steady_wait_ms": "the longest wait of another rank for the verdict rank, ms per steady step",
     "decode_steps": "decode steps in the traces (fewest over the ranks with figures; over every rank, from the "
                     "CPU annotations, when no trace has GPU kernels)",
     "warnings": "how many warnings the trace summary has",
@@ -81,9 +91,10 @@ def history_row(meta: Mapping, summary: Mapping) -> dict:
     env, load, latency = _mapping(meta, "environment"), _mapping(meta, "load"), _mapping(meta, "latency")
     finished = meta.get("finished_at")
     fig = decode_figures(summary)
+    steady = steady_figures(summary)
     row = {
         "campaign_id": _required(meta, "id"),
-        "finished_at": iso_utc(finished if finished is not None else datetime.now(timezone.utc),
+        "finished_at": iso_utc(finished if finished is not None else datetime.now(UTC),
                                "campaign.finished_at"),
         "host": _required(meta, "host"),
         "model": meta.get("model"),
@@ -97,6 +108,15 @@ def history_row(meta: Mapping, summary: Mapping) -> dict:
         "allreduce_ms_per_step": fig["allreduce_ms_per_step"],
         "allreduce_share": fig["allreduce_share"],
         "allreduce_skew_corrected_ms": fig["skew_corrected_ms"],
+        "verdict": steady["verdict"],
+        "verdict_rank": steady["verdict_rank"],
+        "straggler": steady["straggler"],
+        "steady_steps": steady["steady_steps"],
+        "steady_period_ms": steady["period_ms"],
+        "steady_busy_ms": steady["busy_ms"],
+        "steady_idle_ms": steady["idle_ms"],
+        "steady_transfer_ms": steady["transfer_ms"],
+        "steady_wait_ms": steady["wait_ms"],
         "decode_steps": fig["decode_steps"],
         "warnings": len(summary.get("warnings") or []),
         "report": meta.get("report"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from numbers import Real
 
 from .errors import CampaignInputError
@@ -49,21 +49,21 @@ def parse_time(value: object, what: str = "time") -> datetime:
     if isinstance(value, datetime):
         when = value
     elif isinstance(value, Real) and not isinstance(value, bool):
-        when = datetime.fromtimestamp(float(value), tz=timezone.utc)
+        when = datetime.fromtimestamp(float(value), tz=UTC)
     elif isinstance(value, str) and value.strip():
         text = value.strip()
         try:
             when = datetime.fromisoformat(text)
         except ValueError:
             try:
-                when = datetime.fromtimestamp(float(text), tz=timezone.utc)
+                when = datetime.fromtimestamp(float(text), tz=UTC)
             except (ValueError, OverflowError):
                 raise CampaignInputError(f"{what}: not an ISO 8601 time or epoch: {value!r}") from None
     else:
         raise CampaignInputError(f"{what}: expected an ISO 8601 time or epoch seconds, got {value!r}")
     if when.tzinfo is None:
         raise CampaignInputError(f"{what}: {value!r} has no time zone; give UTC, e.g. 2025-01-31T12:00:00Z")
-    return when.astimezone(timezone.utc)
+    return when.astimezone(UTC)
 
 
 def iso_utc(value: object, what: str = "time") -> str:

@@ -11,7 +11,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
-H200 = (REPO / ".." / "shared" / "traces" / "h200_tp2_decode").resolve()
+H200 = REPO / "tests" / "data" / "traces" / "h200_tp2_decode"
 # A real vLLM 0.32 CPU-backend trace: TP 1, a tiny Llama, 15 decode steps, no GPU kernel at all.
 CPU_TRACE = REPO / "tests" / "unit" / "traces" / "data" / "rank0.1796013877177788456.pt.trace.json.gz"
 CATEGORIES = ("allreduce", "collective", "moe_gemm", "attention", "gemm", "norm", "quantize", "elementwise",

@@ -68,13 +68,14 @@ def test_report_template(tmp_path, campaign):
                 "| warmup requests | 2 |", '"torch_profiler_dir": "/var/tmp/vllm-traces"',
                 "| TTFT (time to first token) | 8 | 41.25 | 40.50 | 45.00 | 47.90 | 38.00 | 48.00 |",
                 "| TPOT (time per output token) | 8 | 16.50 | 16.40 | 17.00 | 17.30 | 16.10 | 17.40 |",
-                "Skew-corrected all-reduce: **3.500 ms per decode step**", "over 610 calls",
+                "Skew-corrected all-reduce over every decode step: **3.500 ms per decode step**", "over 610 calls",
                 "rank 0 0.500 ms, rank 1 16.500 ms.",
                 "| allreduce | 4.000 (33.3%) | 20.000 (66.7%) |",  # vllm_trace_markdown's category table
                 "### Top kernels, decode, rank 1",
                 "- rank 1 (rank1.json.gz): 3 cudaGraphLaunch calls have | no activity",
                 "| 0 | `c1_rank0.pt.trace.json.gz` | 768367 | `" + "cd" * 32 + "` |",
-                "![CUDA time per decode step by kernel category and rank](decode.png)",
+                "![Kernel time per decode step by kernel category and rank (includes waiting inside all-reduce)]"
+                "(decode.png)",
                 "- JSON summary: [summary.json](summary.json)"):
         assert row in text, row
     assert "s3cr3t" not in text
@@ -161,7 +162,8 @@ def test_filters_in_a_playbook(tmp_path, two_ranks):
     - name: Check
       ansible.builtin.assert:
         that:
-          - "__headline == 'localhost: all-reduce 57.1% of decode CUDA time (12.00 of 21.00 ms/step; skew-corrected 3.50 ms) -> artifacts/x/report.md'"
+          - "__headline == 'localhost: all-reduce 57.1% of decode CUDA time (12.00 of 21.00 ms/step; ' ~
+             'skew-corrected 3.50 ms) -> artifacts/x/report.md'"
           - __ttft.count == 4 and __ttft.p50 == 40.5 and __ttft.max == 45.0
           - __took == '14 min 7 s'
     - name: Bad input fails naming the filter

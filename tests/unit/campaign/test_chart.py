@@ -54,11 +54,39 @@ def test_no_gpu_data_draws_text_not_bars(tmp_path, ranks):
 
 
 def test_title():
-    assert chart_title("h", "c1") == "Decode CUDA time per step by kernel category\nh, campaign c1"
-    assert chart_title() == "Decode CUDA time per step by kernel category"
+    title = "Decode kernel time per step by category (all-reduce includes waiting)"
+    assert chart_title("h", "c1") == f"{title}\nh, campaign c1"
+    assert chart_title() == "Decode kernel time per step by category (all-reduce includes waiting)"
 
 
 def test_not_a_summary(tmp_path):
     with pytest.raises(CampaignInputError, match="expected a trace summary"):
         write_chart({"ranks": "no"}, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_steps_chart_of_the_real_h200_pair(tmp_path, h200_summary):
+    from vllm_ops.campaign.chart import step_parts, write_steps_chart
+
+    out = tmp_path / "steps.png"
+    drawn = write_steps_chart(h200_summary, out, host="vllm-sandbox", campaign_id="c1")
+    width, height = _png_size(out)
+    assert width > 800 and height > 400
+    # 12 decode steps a rank, step 0 left out on both (the first profiled step)
+    assert drawn == {"path": str(out), "ranks": [0, 1], "steps": 24, "left_out": 2, "note": None}
+    for r in h200_summary["ranks"]:
+        for s in r["steps"]:
+            parts = step_parts(s)
+            assert all(p >= 0 for p in parts)
+            # a bar is the step's period (or, for the last step, its window): the parts add up
+            assert sum(parts) == pytest.approx(s["period_ms"] if s["period_ms"] is not None else s["window_ms"],
+                                               abs=1e-3)
+
+
+def test_steps_chart_without_per_step_figures_says_so(tmp_path, cpu_summary, two_ranks):
+    from vllm_ops.campaign.chart import write_steps_chart
+
+    for summary in (cpu_summary, two_ranks):
+        drawn = write_steps_chart(summary, tmp_path / "s.png")
+        assert drawn["steps"] == 0 and drawn["ranks"] == [] and "no per-step GPU figures" in drawn["note"]
+        _png_size(tmp_path / "s.png")

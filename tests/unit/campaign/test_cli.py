@@ -26,6 +26,14 @@ def test_chart(tmp_path, two_ranks, capsys):
     assert out.read_bytes()[:8] == PNG_SIGNATURE
 
 
+def test_steps_chart(tmp_path, h200_summary, capsys):
+    summary = write_json(tmp_path / "summary.json", h200_summary)
+    out = tmp_path / "steps.png"
+    assert main(["steps", summary, str(out), "--host", "vllm-sandbox", "--campaign-id", "c1"]) == 0
+    assert capsys.readouterr().out == f"wrote {out} (24 steps, 2 ranks, 2 left out)\n"
+    assert out.read_bytes()[:8] == PNG_SIGNATURE
+
+
 def test_history(tmp_path, two_ranks, campaign, capsys):
     summary = write_json(tmp_path / "summary.json", two_ranks)
     campaign.pop("summary")

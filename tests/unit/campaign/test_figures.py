@@ -105,14 +105,18 @@ def test_real_h200_traces(h200_summary):
     ar_ms = sum(sum(a) / n for n, _, a in ranks) / 2 / 1000
     cuda_ms = sum(c / n for n, c, _ in ranks) / 2 / 1000
     matched = min(len(a) for _, _, a in ranks)
-    per_call_min = sum(min(pair) for pair in zip(*(a[:matched] for _, _, a in ranks))) / matched
+    per_call_min = sum(min(pair) for pair in zip(*(a[:matched] for _, _, a in ranks), strict=True)) / matched
     skew_ms = per_call_min * sum(len(a) / n for n, _, a in ranks) / 2 / 1000
 
+    # The kernel-time figures (which include waiting) stay what they were, for the report and history.
+    fig = decode_figures(h200_summary)
+    assert fig["allreduce_ms_per_step"] == pytest.approx(ar_ms, abs=0.0006)
+    assert fig["cuda_ms_per_step"] == pytest.approx(cuda_ms, abs=0.0006)
+    assert fig["allreduce_share"] == pytest.approx(ar_ms / cuda_ms, abs=0.0006)
+    assert fig["skew_corrected_ms"] == pytest.approx(skew_ms, abs=0.0006)
+    assert fig["decode_steps"] == ranks[0][0] == 12
+    # The headline leads with the verdict instead (its figures are checked in tests/unit/traces).
     line = headline("vllm-sandbox", h200_summary, "artifacts/vllm-sandbox/c1/report.md")
-    share, ar, cuda, skew = map(float, NUMBERS.search(line).groups())
-    assert ar == pytest.approx(ar_ms, abs=0.006)
-    assert cuda == pytest.approx(cuda_ms, abs=0.006)
-    assert share == pytest.approx(100 * ar_ms / cuda_ms, abs=0.06)
-    assert skew == pytest.approx(skew_ms, abs=0.0006)
-    assert line.startswith("vllm-sandbox: all-reduce ") and line.endswith(" -> artifacts/vllm-sandbox/c1/report.md")
-    assert decode_figures(h200_summary)["decode_steps"] == ranks[0][0] == 12
+    assert line.startswith("vllm-sandbox: host-bound on rank 0: decode step ")
+    assert "all-reduce transfer" in line and "rank 1 waits" in line and "for rank 0" in line
+    assert not NUMBERS.search(line) and line.endswith(" -> artifacts/vllm-sandbox/c1/report.md")

@@ -13,8 +13,12 @@ EXPECTED_COLUMNS = (
     "campaign_id", "finished_at", "host", "model", "vllm_version", "tensor_parallel_size",
     "nccl_algo", "nccl_proto", "nccl_max_nchannels", "requests", "concurrency", "prompt_tokens",
     "output_tokens", "ttft_ms_p50", "tpot_ms_p50", "cuda_ms_per_step", "allreduce_ms_per_step",
-    "allreduce_share", "allreduce_skew_corrected_ms", "decode_steps", "warnings", "report",
+    "allreduce_share", "allreduce_skew_corrected_ms", "verdict", "verdict_rank", "straggler", "steady_steps",
+    "steady_period_ms", "steady_busy_ms", "steady_idle_ms", "steady_transfer_ms", "steady_wait_ms",
+    "decode_steps", "warnings", "report",
 )
+NO_VERDICT = dict.fromkeys(("verdict", "verdict_rank", "straggler", "steady_steps", "steady_period_ms",
+                            "steady_busy_ms", "steady_idle_ms", "steady_transfer_ms", "steady_wait_ms"))
 
 
 def test_the_columns_are_fixed_and_documented():
@@ -32,9 +36,19 @@ def test_row(campaign, two_ranks):
         "requests": 8, "concurrency": 1, "prompt_tokens": 512, "output_tokens": 128,
         "ttft_ms_p50": 40.5, "tpot_ms_p50": 16.4,
         "cuda_ms_per_step": 21.0, "allreduce_ms_per_step": 12.0, "allreduce_share": round(12 / 21, 4),
-        "allreduce_skew_corrected_ms": 3.5, "decode_steps": 10, "warnings": 0,
+        "allreduce_skew_corrected_ms": 3.5, **NO_VERDICT, "decode_steps": 10, "warnings": 0,
         "report": "artifacts/vllm-sandbox/c20250131T120000/report.md",
     }
+
+
+def test_row_of_the_real_h200_pair_carries_the_verdict(campaign, h200_summary):
+    row = history_row(campaign, h200_summary)
+    ev = h200_summary["verdict"]["evidence"]
+    assert (row["verdict"], row["verdict_rank"], row["straggler"]) == ("host-bound", 0, 0)
+    assert row["steady_period_ms"] == ev["period_ms"] and row["steady_busy_ms"] == ev["busy_ms"]
+    assert row["steady_idle_ms"] == pytest.approx(ev["period_ms"] - ev["busy_ms"], abs=1e-4)
+    assert row["steady_transfer_ms"] == ev["allreduce_transfer_ms"] and row["steady_wait_ms"] == ev["max_wait_ms"]
+    assert row["steady_steps"] == 10  # steps 1-10: step 0 left out, step 11 has no next step to end its period
 
 
 def test_minimal_meta_and_no_gpu_data():
@@ -94,5 +108,5 @@ def test_refuses_a_row_with_other_columns(tmp_path):
     with pytest.raises(CampaignInputError, match="needs exactly the columns"):
         append_history(tmp_path / "h.csv", {"campaign_id": "c"})
     with pytest.raises(CampaignInputError, match="a history cell must be a scalar"):
-        append_history(tmp_path / "h.csv", dict.fromkeys(COLUMNS, ["x"]))
+        append_history(tmp_path / "h.csv", {key: ["x"] for key in COLUMNS})
     assert not (tmp_path / "h.csv").exists()  # nothing written for a bad row

@@ -41,8 +41,9 @@ def _write(path: Path, rank: int, world_size: int = 2, allreduce_us: float = 6.0
     return str(path)
 
 
-def test_both_filters_are_exported():
-    assert set(FILTERS) == {"vllm_trace_summary", "vllm_trace_markdown"}
+
+def test_the_filters_are_exported():
+    assert set(FILTERS) == {"vllm_trace_summary", "vllm_trace_markdown", "vllm_trace_topology"}
 
 
 def test_summary_of_a_directory_and_of_a_list(tmp_path):
@@ -67,7 +68,7 @@ def test_options_are_passed_through(tmp_path):
 def test_markdown(tmp_path):
     s = FILTERS["vllm_trace_summary"](_write(tmp_path / "r0.json.gz", 0, world_size=1))
     text = FILTERS["vllm_trace_markdown"](s)
-    assert text.startswith("## Decode steps") and "| allreduce | 0.006 (60.0%) |" in text
+    assert text.startswith("## Verdict\n") and "## Decode steps" in text and "| allreduce | 0.006 (60.0%) |" in text
 
 
 @pytest.mark.parametrize(("name", "content", "message"), [
@@ -123,7 +124,40 @@ def _ansible_env():
     return env
 
 
-@pytest.mark.parametrize("name", ["vllm_trace_summary", "vllm_trace_markdown"])
+TOPO_PCIE = ("\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+             "GPU0\t X \tPIX\tSYS\t0-47\t0\t\tN/A\nGPU1\tPIX\t X \tNODE\t0-47\t0\t\tN/A\n"
+             "GPU2\tSYS\tNODE\t X \t48-95\t1\t\tN/A\n\nLegend:\n\n  X    = Self\n  NV#  = NVLinks\n")
+
+
+@pytest.mark.parametrize(("text", "interconnect", "links"), [
+    (TOPO_PCIE, "pcie", {"GPU0-GPU1": "PIX", "GPU0-GPU2": "SYS", "GPU1-GPU2": "NODE"}),
+    (TOPO_PCIE.replace("PIX", "NV18").replace("SYS", "NV18").replace("NODE", "NV18"), "nvlink",
+     {"GPU0-GPU1": "NV18", "GPU0-GPU2": "NV18", "GPU1-GPU2": "NV18"}),
+    (TOPO_PCIE.replace("PIX", "NV4"), "mixed", {"GPU0-GPU1": "NV4", "GPU0-GPU2": "SYS", "GPU1-GPU2": "NODE"}),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", None, {}),
+    (None, None, {}),
+])
+def test_topology(text, interconnect, links):
+    topo = FILTERS["vllm_trace_topology"](text)
+    assert topo["interconnect"] == interconnect and topo["links"] == links
+    assert topo["gpus"] == (3 if links else 0)
+
+
+def test_topology_bad_input():
+    with pytest.raises(AnsibleFilterError, match="vllm_trace_topology: expected the text"):
+        FILTERS["vllm_trace_topology"](["GPU0"])
+
+
+def test_context_reaches_the_advisor(tmp_path):
+    s = FILTERS["vllm_trace_summary"](_write(tmp_path / "r0.json.gz", 0, world_size=1),
+                                      context={"interconnect": "pcie", "tensor_parallel_size": 8})
+    assert s["context"]["interconnect"] == "pcie" and s["context"]["sources"]["interconnect"] == "given"
+    assert s["context"]["tensor_parallel_size"] == 8
+    with pytest.raises(AnsibleFilterError, match="vllm_trace_summary: context must be a mapping"):
+        FILTERS["vllm_trace_summary"](str(tmp_path / "r0.json.gz"), context="pcie")
+
+
+@pytest.mark.parametrize("name", ["vllm_trace_summary", "vllm_trace_markdown", "vllm_trace_topology"])
 def test_ansible_doc(name):
     tool = BIN / "ansible-doc"
     if not tool.exists():
