@@ -22,6 +22,7 @@ from .summary import (
     NOT_MEASURED,
     summarize,
 )
+from .topology import parse_topology
 
 PROG = "vllm-trace-summary"
 
@@ -29,8 +30,9 @@ PROG = "vllm-trace-summary"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Summarize torch.profiler traces (one file per rank) of a vLLM run: CUDA time per decode "
-                    "step by kernel category, and all-reduce time corrected for rank skew.",
+        description="Summarize torch.profiler traces (one file per rank) of a vLLM run: each step's period, GPU "
+                    "busy and idle time and all-reduce transfer and waiting, the steady state, the straggler, "
+                    "and a verdict on what bounds decode with the experiments to try next.",
         epilog="Exit status: 0 on success (warnings included in the output), also for traces without GPU kernel "
                "events (a CPU-only run), whose GPU figures are null and which stderr names, one line per rank; "
                "2 on bad input or usage.",
@@ -53,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parser", choices=("auto", "fast", "general"), default="auto",
                    help="auto: torch-layout fast path with a general fallback (default); general: full JSON "
                         "parse, which also validates the parts of the file the summary does not use")
+    p.add_argument("--topology", metavar="FILE",
+                   help="what `nvidia-smi topo -m` printed on the host, so the advisor knows the interconnect")
+    p.add_argument("--interconnect", choices=("nvlink", "pcie", "mixed"),
+                   help="the interconnect between the GPUs, instead of --topology")
     p.add_argument("--list-categories", action="store_true", help="print the category table and exit")
     return p
 
@@ -70,11 +76,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"{PROG}: error: give at least one trace file or directory", file=sys.stderr)
         return 2
+    context = {}
+    if args.topology:
+        try:
+            with open(args.topology, encoding="utf-8", errors="replace") as fh:
+                context["interconnect"] = parse_topology(fh.read())["interconnect"]
+        except OSError as exc:
+            print(f"{PROG}: error: --topology {args.topology}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        if context["interconnect"] is None:
+            print(f"{PROG}: warning: --topology {args.topology}: no GPU matrix in it; interconnect unknown",
+                  file=sys.stderr)
+    if args.interconnect:
+        context["interconnect"] = args.interconnect
     try:
         summary = summarize(
             args.paths, decode_pattern=args.decode_pattern, prefill_pattern=args.prefill_pattern,
             keep_going=args.keep_going, top=args.top, categories=args.category or None, jobs=args.jobs,
-            parser=args.parser,
+            parser=args.parser, context=context,
         )
     except TraceInputError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

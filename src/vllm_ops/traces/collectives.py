@@ -18,7 +18,8 @@ Definitions:
   ``dtype``); null where the trace does not record them.
 * Bandwidths as nccl-tests computes them for all-reduce: ``algbw = bytes / transfer``,
   ``busbw = algbw x 2(n-1)/n`` with n the group's size (from ``distributedInfo.pg_config``,
-  else the ranks with calls in the group); GB/s are 1e9 bytes per second.
+  else the ranks with calls in the group); GB/s are 1e9 bytes per second. A group's
+  ``algbw_gbps``/``busbw_gbps`` are the medians over its (steady) calls of each call's figure.
 * The **straggler** is the rank that arrives last at the largest share of the collectives,
   named when that share is at least :data:`STRAGGLER_MIN_SHARE`.
 """
@@ -121,6 +122,7 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int], 
             "transfer_us": _stats(t_k),
             "transfer_us_mean": _r(float(np.mean(t_k))),
             "transfer_ms_per_step": _r(float(t_k.sum()) / steps_in / 1000.0, 4) if steps_in else None,
+            "transfer_us_total_all_steps": float(transfer.sum()),
             "algbw_gbps": _r(_nanmedian(algbw), 3),
             "busbw_gbps": _r(_nanmedian(busbw), 3),
             "skew_us": _stats(skew),

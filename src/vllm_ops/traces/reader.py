@@ -10,9 +10,9 @@ therefore keeps only what the analysis needs, in compact form:
   a buffered writer to a file in a private temporary directory; the activity names are
   interned (a table sized by the number of distinct names);
 * every kernel launch or copy/set call on the host (``cuda_runtime``/``cuda_driver`` events
-  named ``cuda*``/``cu*``/``hip*`` with ``Launch``, ``Memcpy`` or ``Memset`` in the name:
-  ``cudaLaunchKernel``, ``cuLaunchKernelEx``, ``cudaGraphLaunch``, ``hipLaunchKernel``,
-  ``hipGraphLaunch``, ...) as ``(ts, correlation)`` (16 bytes, ``_LAUNCH``), spilled the
+  whose names :data:`LAUNCH_NAME` describes: ``cudaLaunchKernel``, ``cuLaunchKernelEx``,
+  ``cudaGraphLaunch``, ``hipLaunchKernel``, ``hipGraphLaunch``, ``cudaMemcpyAsync``, ...)
+  as ``(ts, correlation)`` (16 bytes, ``_LAUNCH``), spilled the
   same way; graph launches are also listed apart. These attribute a kernel to the CPU
   annotation whose span holds its launch (traces without GPU annotations: ROCm, some CUDA
   set-ups), and give each kernel its launch time;
@@ -78,8 +78,12 @@ ACT_DTYPE = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("nid", "<u4"), ("corr", "<
 _LAUNCH = struct.Struct("<dq")
 LAUNCH_DTYPE = np.dtype([("ts", "<f8"), ("corr", "<i8")])
 _SPILL_BUFFER = 1 << 20
-# Host calls that put work on a GPU stream (kernel launches, graph launches, copies, sets).
-LAUNCH_NAME = rb"(?:cuda|cu|hip)[A-Za-z0-9_]*(?:Launch|Memcpy|Memset)[A-Za-z0-9_]*"
+# Host calls that put work on a GPU stream: names of the CUDA runtime (cuda*), driver (cu*) or
+# HIP (hip*) API that go on with Launch, GraphLaunch, ExtLaunch, ModuleLaunch, ExtModuleLaunch,
+# Memcpy or Memset (cudaLaunchKernel, cuLaunchKernelEx, cudaGraphLaunch, hipExtModuleLaunchKernel,
+# cudaMemcpyAsync, hipMemcpyHtoDAsync, ...). Each alternative starts with a literal, so the fast
+# path does not backtrack on the other runtime calls.
+LAUNCH_NAME = rb"(?:cuda|cu|hip)(?:Launch|GraphLaunch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|Memcpy|Memset)\w*"
 _GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch")
 _LAUNCH_NAME = re.compile(LAUNCH_NAME.decode())
 
@@ -90,12 +94,11 @@ _FAST_CATS = rb"kernel|gpu_memcpy|gpu_memset|gpu_user_annotation|user_annotation
 
 @dataclass(frozen=True)
 class _Layout:
-    """One of the layouts the fast path parses: the regex for an event of interest, the
-    text that opens an event (pieces are cut before it) and the text that closes its args."""
+    """One of the layouts the fast path parses: the regex for an event of interest and the
+    text that opens an event (pieces are cut before it)."""
 
     event: re.Pattern
     opens: bytes
-    args_end: bytes
 
 
 def _compact_layout() -> _Layout:
@@ -103,11 +106,12 @@ def _compact_layout() -> _Layout:
     first line of an event, ``ts`` and ``dur`` on the second, the args on one line."""
     return _Layout(re.compile(
         rb'\n    "ph": "X", "cat": "(' + _FAST_CATS +
-        rb'|(?:cuda_runtime|cuda_driver)(?=", "name": "' + LAUNCH_NAME + rb'"))", "name": "([^"\\]*(?:\\.[^"\\]*)*)", '
+        rb'|cuda_(?:runtime|driver)(?=", "name": "' + LAUNCH_NAME + rb'"))", "name": "([^"\\]*(?:\\.[^"\\]*)*)", '
         rb'"pid": ([^,\n]*), "tid": [^,\n]*,\n    "ts": ([^,\n]*), "dur": ([^,\n]*),\n    "args": \{\n'
+        rb'(?=([^}]*))'  # the args (up to their first '}'; one line in torch 2.x, several in 1.x)
         rb'[ \t]*(?:"External id": (\d+))?'
-        rb'(?:[^\n]*?"correlation": (\d+))?'  # torch writes the args on one line; else see _fast_arg
-    ), b"\n  {", b"\n    }")
+        rb'(?:,[^\n]*?"correlation": (\d+))?'
+    ), b"\n  {")
 
 
 def _key_per_line_layout(brace: bytes, key: bytes) -> _Layout:
@@ -117,12 +121,13 @@ def _key_per_line_layout(brace: bytes, key: bytes) -> _Layout:
     k = rb"\n" + key
     return _Layout(re.compile(
         k + rb'"ph": "X",' + k + rb'"cat": "(' + _FAST_CATS +
-        rb'|(?:cuda_runtime|cuda_driver)(?=",' + k + rb'"name": "' + LAUNCH_NAME + rb'"))",' + k +
+        rb'|cuda_(?:runtime|driver)(?=",' + k + rb'"name": "' + LAUNCH_NAME + rb'"))",' + k +
         rb'"name": "([^"\\]*(?:\\.[^"\\]*)*)",' + k + rb'"pid": ([^,\n]*),' + k + rb'"tid": [^,\n]*,' + k +
         rb'"ts": ([^,\n]*),' + k + rb'"dur": ([^,\n]*?)(?:' + k + rb')?,' + k + rb'"args": \{\n'
+        rb'(?=([^}]*))'  # the args (up to their first '}'), for what the groups below miss
         rb'[ \t]*(?:"External id": (\d+))?'
-        rb'(?:[^}]*?"correlation": (\d+))?'  # within the args (up to their first '}')
-    ), b"\n" + brace + b"{", k + b"}")
+        rb'(?:,[^}]*?"correlation": (\d+))?'
+    ), b"\n" + brace + b"{")
 
 
 _CORRELATION = re.compile(rb'"correlation": (\d+)')
@@ -343,13 +348,21 @@ class _Builder:
         self.spill = None  # the spill files' writers, while the file is scanned
         self.launch_spill = None
         self._intern: dict = {}
+        self._span_names: dict = {}  # annotation name -> (normalized, StepName or None)
+        self.coll_intern: dict = {}  # one tuple per distinct collective-argument triple
 
-    def span(self, gpu: bool, name: str, ts: float, dur: float, ext: int) -> None:
+    def span(self, gpu: bool, name: str | bytes, ts: float, dur: float, ext: int) -> None:
+        """A CPU or GPU annotation; ``name`` as the JSON text has it (bytes) or decoded."""
         d = self.data
-        _count_capped(d.gpu_annotation_names if gpu else d.cpu_annotation_names, normalize_annotation(name))
-        step = self.matcher(name)
-        if step is not None:
-            (d.gpu_spans if gpu else d.cpu_spans).append(Span(ts, dur, name, step, ext))
+        known = self._span_names.get(name)
+        if known is None:
+            text = _decode_json_string(name) if isinstance(name, bytes) else name
+            if len(self._span_names) >= 4096:  # detailed step names differ step by step
+                self._span_names.clear()
+            known = self._span_names[name] = (text, normalize_annotation(text), self.matcher(text))
+        _count_capped(d.gpu_annotation_names if gpu else d.cpu_annotation_names, known[1])
+        if known[2] is not None:
+            (d.gpu_spans if gpu else d.cpu_spans).append(Span(ts, dur, known[0], known[2], ext))
 
     def name_id(self, key, cat: str, name: str, pid) -> int:
         """The id of a new activity name (the caller looked ``key`` up in ``_intern``)."""
@@ -450,6 +463,13 @@ def _fast_scan(stream: _Stream, b: _Builder) -> None:
         _fast_piece(piece, b, layout)
 
 
+_ACTIVITY, _SPAN_GPU, _SPAN_CPU, _LAUNCH_CALL = 0, 1, 2, 3
+_KIND = {b"kernel": _ACTIVITY, b"gpu_memcpy": _ACTIVITY, b"gpu_memset": _ACTIVITY,
+         b"gpu_user_annotation": _SPAN_GPU, b"user_annotation": _SPAN_CPU,
+         b"cuda_runtime": _LAUNCH_CALL, b"cuda_driver": _LAUNCH_CALL}
+_GRAPH_NAMES = (b"cudaGraphLaunch", b"cuGraphLaunch", b"hipGraphLaunch")
+
+
 def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
     """Parse the events of interest in one piece with a single regex pass, spill its GPU
     activities and launch calls, then check that every occurrence of the GPU categories in
@@ -463,35 +483,34 @@ def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
     graph = d.graph_launches.append
     kernels = gpu = 0
     row = d.activities
-    args_end = layout.args_end
-    for m in layout.event.finditer(piece):
-        cat, name, pid, ts, dur, ext, corr = m.groups()
-        try:
-            tsf, durf = float(ts), float(dur)
-        except ValueError:
-            raise _LayoutMismatch("non-numeric ts/dur") from None
-        if cat == b"kernel" or cat == b"gpu_memcpy" or cat == b"gpu_memset":
-            if cat == b"kernel":
-                kernels += 1
+    kind_of = _KIND
+    try:
+        for cat, name, pid, ts, dur, args, ext, corr in layout.event.findall(piece):
+            kind = kind_of[cat]
+            if kind == _LAUNCH_CALL:
+                c = int(corr) if corr else _arg(args, _CORRELATION)
+                if c >= 0:
+                    t = float(ts)
+                    launch(pack_launch(t, c))
+                    if name.startswith(_GRAPH_NAMES):
+                        graph((t, c))
+            elif kind == _ACTIVITY:
+                if cat == b"kernel":
+                    kernels += 1
+                else:
+                    gpu += 1
+                nid = intern.get((cat, name))
+                if nid is None:
+                    nid = name_id((cat, name), cat.decode(), _decode_json_string(name), pid)
+                record(pack(float(ts), float(dur), nid, int(corr) if corr else _arg(args, _CORRELATION)))
+                if keep[nid]:
+                    t = _collective(args)
+                    d.collective_args[row + len(records) - 1] = b.coll_intern.setdefault(t, t)
             else:
-                gpu += 1
-            nid = intern.get((cat, name))
-            if nid is None:
-                nid = name_id((cat, name), cat.decode(), _decode_json_string(name), pid)
-            record(pack(tsf, durf, nid, int(corr) if corr else _fast_arg(piece, m.end(), args_end, _CORRELATION)))
-            if keep[nid]:
-                d.collective_args[row + len(records) - 1] = _fast_collective(piece, m.end(), args_end)
-        elif cat == b"gpu_user_annotation" or cat == b"user_annotation":
-            is_gpu = cat == b"gpu_user_annotation"
-            gpu += is_gpu
-            b.span(is_gpu, _decode_json_string(name), tsf, durf,
-                   int(ext) if ext else _fast_arg(piece, m.start(), args_end, _EXTERNAL_ID))
-        else:  # a launch call on the host
-            c = int(corr) if corr else _fast_arg(piece, m.end(), args_end, _CORRELATION)
-            if c >= 0:
-                launch(pack_launch(tsf, c))
-                if name.startswith((b"cudaGraphLaunch", b"cuGraphLaunch", b"hipGraphLaunch")):
-                    graph((tsf, c))
+                gpu += kind == _SPAN_GPU
+                b.span(kind == _SPAN_GPU, name, float(ts), float(dur), int(ext) if ext else _arg(args, _EXTERNAL_ID))
+    except ValueError:
+        raise _LayoutMismatch("non-numeric ts/dur") from None
     if kernels != piece.count(b'"cat": "kernel"') or gpu != piece.count(b'"cat": "gpu_'):
         raise _LayoutMismatch("an event of interest is laid out differently")
     d.activities += len(records)
@@ -500,19 +519,16 @@ def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
     b.launch_spill.write(b"".join(launches))
 
 
-def _fast_arg(piece: bytes, start: int, args_end: bytes, regex: re.Pattern) -> int:
-    """An integer argument (``regex``'s group) of the event whose args start at ``start``,
-    or -1 (where the layout's regex did not find it at the start of the args)."""
-    end = piece.find(args_end, start)
-    m = regex.search(piece, start, len(piece) if end < 0 else end)
+def _arg(args: bytes, regex: re.Pattern) -> int:
+    """An integer argument (``regex``'s group) of an event's args text, or -1 (where the layout's
+    regex did not find it at the start of the args)."""
+    m = regex.search(args)
     return int(m.group(1)) if m else -1
 
 
-def _fast_collective(piece: bytes, start: int, args_end: bytes) -> tuple[int | None, str | None, str | None]:
-    """(element count, dtype, process group) from a collective kernel's args, None where absent."""
-    end = piece.find(args_end, start)
-    end = len(piece) if end < 0 else end
-    nelems, dtype, group = (r.search(piece, start, end) for r in (_NELEMS, _DTYPE, _GROUP))
+def _collective(args: bytes) -> tuple[int | None, str | None, str | None]:
+    """(element count, dtype, process group) from a collective kernel's args text, None where absent."""
+    nelems, dtype, group = (r.search(args) for r in (_NELEMS, _DTYPE, _GROUP))
     return (int(nelems.group(1)) if nelems else None, _decode_json_string(dtype.group(1)) if dtype else None,
             _decode_json_string(group.group(1)) if group else None)
 
@@ -572,16 +588,16 @@ def _general_scan(stream: _Stream, b: _Builder) -> None:
                 if b.keep[nid]:
                     args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
                     nelems, dtype, group = args.get("In msg nelems"), args.get("dtype"), args.get("Process Group Name")
-                    d.collective_args[d.activities] = (
-                        nelems if _is_num(nelems) else None, dtype if isinstance(dtype, str) else None,
-                        group if isinstance(group, str) else None)
+                    t = (nelems if _is_num(nelems) else None, dtype if isinstance(dtype, str) else None,
+                         group if isinstance(group, str) else None)
+                    d.collective_args[d.activities] = b.coll_intern.setdefault(t, t)
                 d.activities += 1
                 if cat == "kernel":
                     d.kernels += 1
                 write(pack(ts, dur, nid, _int_arg(ev, "correlation")))
         elif (cat == "cuda_runtime" or cat == "cuda_driver") and ev.get("ph") == "X":
             name, ts = ev.get("name"), ev.get("ts")
-            if isinstance(name, str) and _is_num(ts) and _LAUNCH_NAME.match(name):
+            if isinstance(name, str) and _is_num(ts) and _LAUNCH_NAME.fullmatch(name):
                 corr = _int_arg(ev, "correlation")
                 if corr >= 0:
                     write_launch(pack_launch(float(ts), corr))

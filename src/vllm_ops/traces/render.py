@@ -28,6 +28,7 @@ def to_markdown(summary: Mapping) -> str:
         out.extend(_verdict(summary))
     out.extend(_decomposition(measured))
     out.extend(_collectives(summary))
+    out.extend(_by_batch_size(measured))
     out.extend(_steps(measured))
     out.append(f"## Decode steps (`{summary.get('decode_pattern', '')}`): kernel-time sums")
     out.append("")
@@ -183,6 +184,21 @@ def _collectives(summary: Mapping) -> list[str]:
     if waits:
         out.append("Waiting per steady step: " + ", ".join(f"rank {k} {_num(v.get('wait_ms_per_step'))} ms"
                                                           for k, v in waits.items()) + ".")
+    return [*out, ""]
+
+
+def _by_batch_size(ranks: list) -> list[str]:
+    """Medians over the steady decode steps of each batch size, when the steps have several."""
+    if not any(len(r.get("by_batch_size") or {}) > 1 for r in ranks):
+        return []
+    out = ["## Decode steps by batch size (medians over steady steps, ms)", "",
+           "| rank | batch size | steps | steady | period | busy | idle | AR transfer | AR wait |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in ranks:
+        for bs, g in (r.get("by_batch_size") or {}).items():
+            out.append(f"| {r.get('rank')} | {bs} | {g['steps']} | {g['steady_steps']} | {_num(g.get('period_ms'))} "
+                       f"| {_num(g.get('busy_ms'))} | {_num(g.get('idle_ms'))} "
+                       f"| {_num(g.get('allreduce_transfer_ms'))} | {_num(g.get('allreduce_wait_ms'))} |")
     return [*out, ""]
 
 

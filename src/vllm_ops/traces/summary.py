@@ -157,10 +157,10 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
         "graph_launches": len(data.graph_launches),
         "graph_launches_without_activity": data.graph_launches_without_activity,
         "process_groups": data.process_groups, "timeline": timeline.trace_timeline(data),
-        "sets": {},
+        "categories": classifier.categories, "sets": {},
     }
     launch_ts = timeline.launch_times(data)
-    out["activities_without_launch"] = int(np.isnan(launch_ts).sum()) if len(data.launches) else None
+    out["activities_without_launch"] = int(np.isnan(launch_ts).sum())
     primary = ([s for s in data.gpu_spans if s.step.phase], [s for s in data.cpu_spans if s.step.phase])
     fallback = ([s for s in data.gpu_spans if not s.step.phase], [s for s in data.cpu_spans if not s.step.phase])
     for key, (gpu, cpu) in (("primary", primary), ("fallback", fallback)):
@@ -428,7 +428,7 @@ def _legacy_figures(r: dict, steps: list[dict], measured: bool, phase: str) -> d
     n = len(steps)
     has_time = n > 0 and measured
     cuda = sum(s["kernel_ms"] or 0.0 for s in steps) if has_time else None
-    cats: dict[str, float] = {}
+    cats: dict[str, float] = dict.fromkeys(r["categories"], 0.0) if has_time else {}
     for s in steps if has_time else []:
         for c, ms in s["kernel_ms_by_category"].items():
             cats[c] = cats.get(c, 0.0) + ms
@@ -439,8 +439,7 @@ def _legacy_figures(r: dict, steps: list[dict], measured: bool, phase: str) -> d
         idx = {s["index"] for s in steps}
         nccl_ms = sum(d for st_, d, is_n in zip(calls["step"].tolist(), calls["dur"].tolist(), calls["nccl"],
                                                strict=True) if is_n and st_ in idx) / 1000.0
-    wall = [s["cpu_ms"] if s["cpu_ms"] is not None else s["window_ms"] for s in steps]
-    wall = [w for w in wall if w is not None]
+    wall = [s["span_ms"] for s in steps]
 
     def per_step(ms):
         return round(ms / n, 4) if has_time and ms is not None else None
@@ -489,12 +488,15 @@ def _allreduce_legacy(entries: list[dict], coll: dict, warnings: list[str]) -> d
     matched = sum(g["calls_all_steps"] for g in coll["groups"])
     if not matched:
         return out
-    transfer, waits = [], {}
+    # As before: the mean transfer of the matched calls times each rank's all-reduce calls per
+    # decode step (calls no other rank matched get the matched calls' mean transfer, not zero).
+    per_call = sum(g["transfer_us_total_all_steps"] for g in coll["groups"]) / matched / 1000.0
+    waits, calls = {}, []
     for e in live:
         dec = [s for s in e["steps"] if s["phase"] == DECODE]
-        transfer.append(sum(s["allreduce_transfer_ms"] or 0.0 for s in dec) / len(dec))
+        calls.append(sum(s["allreduce_calls"] for s in dec) / len(dec))
         waits[str(e["rank"])] = round(sum(s["allreduce_wait_ms"] or 0.0 for s in dec) / len(dec), 4)
-    out.update({"ms_per_step_skew_corrected": round(fmean(transfer), 4), "wait_ms_per_step_by_rank": waits,
+    out.update({"ms_per_step_skew_corrected": round(per_call * fmean(calls), 4), "wait_ms_per_step_by_rank": waits,
                 "calls_matched": matched})
     if len(live) == 1:
         warnings.append("only one rank has decode steps with GPU kernels: the skew correction needs every rank "

@@ -10,7 +10,8 @@ Definitions (one per figure; the CLI, the filters, the report and the history us
   call that launched it, found by the activity's ``correlation`` (a CUDA graph launch
   brings every kernel that carries its correlation). ``steps_from`` says which.
 * ``cpu_ms``: the step's CPU annotation (the GPU span's CPU twin, paired by ``External
-  id``, else by order); null without one.
+  id``, else by order); null without one. ``span_ms``: the annotation that defines the step
+  (GPU span, or the CPU one where there is no GPU span).
 * ``window_ms``: first start to last end of the step's GPU activities.
 * ``busy_ms``: the length of the union of those activities' intervals (overlapping streams
   count once; a kernel-time sum would count them twice). ``kernel_ms`` is that sum.
@@ -91,16 +92,26 @@ def launch_times(data: TraceData) -> np.ndarray:
 
 
 def _in_spans(times: np.ndarray, spans: list[Span]) -> np.ndarray:
-    """Index into ``spans`` (sorted by start) of the span holding each time, -1 for none."""
+    """Index into ``spans`` (sorted by start) of the span holding each time, -1 for none; of
+    nested or overlapping spans, the one that started last among those still open then."""
     if not spans or not len(times):
         return np.full(len(times), -1, np.int64)
     starts = np.array([s.ts for s in spans])
     ends = starts + np.array([s.dur for s in spans])
     j = np.searchsorted(starts, times, side="right") - 1
-    ok = j >= 0
-    ok[ok] &= times[ok] < ends[j[ok]]
-    ok &= ~np.isnan(times)
-    return np.where(ok, j, -1)
+    valid = (j >= 0) & ~np.isnan(times)
+    jj = np.where(valid, j, 0)
+    inside = valid & (times < ends[jj])
+    out = np.where(inside, j, -1)
+    # The latest span before the time has ended, but an enclosing one may still be open:
+    # walk back (only where some earlier span ends later than the time).
+    reach = np.maximum.accumulate(ends)
+    for i in np.flatnonzero(valid & ~inside & (times < reach[jj])):
+        t, k = times[i], j[i] - 1
+        while k >= 0 and not (starts[k] <= t < ends[k]):
+            k -= 1
+        out[i] = k
+    return out
 
 
 def pick_steps(data: TraceData, spans_gpu: list[Span], spans_cpu: list[Span], launch_ts: np.ndarray) -> StepRows:
@@ -148,6 +159,23 @@ def _group_union(s: np.ndarray, e: np.ndarray, g: np.ndarray, n: int, base: np.n
     return union, g[gap_rows], prev_end, s[gap_rows], gap_rows
 
 
+_BATCH_ROWS = 1 << 16
+
+
+def _batches(g: np.ndarray, limit: int):
+    """(lo, hi) row ranges of ``g`` (sorted) that hold whole groups and, where a group allows,
+    at most ``limit`` rows."""
+    if not len(g):
+        return
+    bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True])  # group starts, then the end
+    lo = 0
+    while lo < len(g):
+        j = np.searchsorted(bounds, lo + limit, side="right") - 1
+        hi = int(bounds[j]) if bounds[j] > lo else int(bounds[np.searchsorted(bounds, lo, side="right")])
+        yield lo, hi
+        lo = hi
+
+
 def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[dict]:
     """One dict per step (see the module docstring), all times in ms; the cross-rank
     all-reduce fields are left for :mod:`.collectives` to fill in."""
@@ -176,24 +204,38 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
         wstart[g[bounds]] = np.minimum.reduceat(ts, bounds)
         wend[g[bounds]] = np.maximum.reduceat(end, bounds)
     base = np.where(has, wstart, 0.0)
-    busy, gap_g, gap_s, gap_e, gap_rows = _group_union(ts, end, g, n, base)
-    # idle while the host had not launched the next activity yet
-    lt = rows.launch_ts[sel[gap_rows]] if len(gap_rows) else np.zeros(0)
-    known = ~np.isnan(lt)
-    host_wait = np.where(known & (lt > gap_s), gap_e - gap_s, 0.0) if len(gap_rows) else np.zeros(0)
-    idle_host = np.bincount(gap_g, weights=host_wait, minlength=n) if len(gap_rows) else np.zeros(n)
-    launch_known = np.bincount(gap_g, weights=known.astype(float), minlength=n) if len(gap_rows) else np.zeros(n)
-    gaps_per_step = np.bincount(gap_g, minlength=n) if len(gap_rows) else np.zeros(n)
-    # busy time per category, by priority: |U(first k)| - |U(first k-1)|
+    lt_all = rows.launch_ts[sel] if len(sel) else np.zeros(0)
+    busy, idle_host, launch_known, gaps_per_step = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     by_cat = np.zeros((len(order_cats), n))
-    prev = np.zeros(n)
-    for k in range(len(order_cats)):
-        mask = acat <= k
-        if not mask.any():
-            continue
-        u = _group_union(ts[mask], end[mask], g[mask], n, base)[0]
-        by_cat[k] = u - prev
-        prev = u
+    # In batches of whole steps, so that the temporaries stay small whatever the trace's size.
+    for lo, hi in _batches(g, _BATCH_ROWS):
+        bs, be, bg, bc = ts[lo:hi], end[lo:hi], g[lo:hi], acat[lo:hi]
+        u, gap_g, gap_s, gap_e, gap_rows = _group_union(bs, be, bg, n, base)
+        busy += u
+        if len(gap_rows):
+            # idle while the host had not launched the next activity yet
+            lt = lt_all[lo:hi][gap_rows]
+            known = ~np.isnan(lt)
+            idle_host += np.bincount(gap_g, weights=np.where(known & (lt > gap_s), gap_e - gap_s, 0.0),
+                                     minlength=n)
+            launch_known += np.bincount(gap_g, weights=known.astype(float), minlength=n)
+            gaps_per_step += np.bincount(gap_g, minlength=n)
+        # busy time per category, by priority: |U(first k)| - |U(first k-1)|. Where no two
+        # categories overlap in a step (the common case: one stream), that is each category's union.
+        part = np.zeros((len(order_cats), n))
+        for k in np.unique(bc):
+            mask = bc == k
+            part[k] = _group_union(bs[mask], be[mask], bg[mask], n, base)[0]
+        overlap = np.abs(part.sum(axis=0) - u) > 1e-6 * np.maximum(u, 1.0)
+        if overlap.any():
+            prev = np.zeros(n)
+            for k in range(len(order_cats)):
+                mask = bc <= k
+                if mask.any():
+                    cum = _group_union(bs[mask], be[mask], bg[mask], n, base)[0]
+                    part[k, overlap] = (cum - prev)[overlap]
+                    prev = cum
+        by_cat += part
     kernel_sum = np.bincount(g, weights=dur, minlength=n)
     kcat = np.bincount(g * len(order_cats) + acat, weights=dur, minlength=n * len(order_cats)).reshape(n, -1)
     ar_k = cat_index.get(ALLREDUCE)
@@ -232,11 +274,12 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
             "scheduled_tokens": s.step.scheduled_tokens,
             "start_ms": _ms(start[i] - t0),
             "cpu_ms": _ms(c.dur) if c is not None else None,
+            "span_ms": _ms(s.dur),
             "period_ms": _ms(per),
             "window_ms": _ms(window),
             "busy_ms": _ms(busy[i]),
             "idle_ms": _ms(window - busy[i]) if window is not None else None,
-            "idle_host_ms": _ms(idle_host[i]) if gaps_per_step[i] == 0 or launch_known[i] else None,
+            "idle_host_ms": _ms(idle_host[i]) if launch_known[i] == gaps_per_step[i] else None,
             "host_ms": _ms(per - window) if per is not None and window is not None else None,
             "kernel_ms": _ms(kernel_sum[i]),
             "busy_ms_by_category": {c_: _ms(by_cat[k, i]) for k, c_ in enumerate(order_cats) if by_cat[k, i] > 0},

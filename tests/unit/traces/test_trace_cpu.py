@@ -7,13 +7,13 @@ CPU annotations show are still counted, and no zero of an unmeasured rank is ave
 
 import gzip
 import json
-import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from vllm_ops.traces import summarize, to_markdown
+from vllm_ops.traces.annotations import StepMatcher
 from vllm_ops.traces.cli import main
 from vllm_ops.traces.reader import read_trace
 
@@ -82,23 +82,22 @@ def test_cpu_trace_warning(cpu_summary):
 
 def test_the_reader_keeps_cpu_steps_and_counts_no_kernel():
     _, decode = _by_hand()
-    patterns = {"decode": re.compile(r"^execute_context_0\(0\)_generation_[1-9]")}
-    data = read_trace(str(CPU_TRACE), patterns)
-    assert data.kernels == 0 and data.activities == 0 and data.kinds["decode"].spans == []
-    assert [d for _, d, _ in data.cpu_spans["decode"]] == decode
+    data = read_trace(str(CPU_TRACE), StepMatcher(decode_pattern=r"^execute_context_0\(0\)_generation_[1-9]"))
+    assert data.kernels == 0 and data.activities == 0 and data.gpu_spans == [] and len(data.acts) == 0
+    assert [s.dur for s in data.cpu_spans if s.step.phase == "decode"] == decode
 
 
 def test_both_parsers_keep_cpu_steps_alike(write_trace, ev):
     events = [*_cpu_events(ev), ev.kernel("nvjet_x", 70.0, 2.0), ev.kernel("Memset (Device)", 80.0, 1.0,
                                                                               cat="gpu_memset")]
     path = write_trace("r0.json.gz", events)
-    patterns = {"decode": re.compile(STEP.replace("(", r"\(").replace(")", r"\)"))}
-    fast = read_trace(path, patterns, parser="fast")
-    general = read_trace(path, patterns, parser="general")
+    fast = read_trace(path, parser="fast")  # the default matcher: vLLM's annotation families
+    general = read_trace(path, parser="general")
     assert fast.parser == "fast"
     assert (fast.kernels, fast.activities, fast.cpu_spans) == (general.kernels, general.activities, general.cpu_spans)
     assert fast.kernels == 1 and fast.activities == 2
-    assert fast.cpu_spans == {"decode": [(0.0, 50.0, STEP), (60.0, 30.0, STEP)]}
+    assert [(s.ts, s.dur, s.name, s.step.phase) for s in fast.cpu_spans] == [(0.0, 50.0, STEP, "decode"),
+                                                                           (60.0, 30.0, STEP, "decode")]
 
 
 def test_cli_json_exit_0_and_a_plain_warning_on_stderr(capsys):
@@ -117,7 +116,8 @@ def test_cli_markdown_says_not_measured_instead_of_a_table_of_zeros(capsys):
     assert "| rank | steps | step wall ms | steps found in |" in out
     assert "| 0 | 15 | 2.679 | CPU annotations |" in out
     assert "GPU time not measured on rank 0 (no GPU kernel events)." in out  # the prefill section
-    # no GPU table, no percentages, no zero figures
+    # no verdict, no GPU table, no percentages, no zero figures
+    assert "## Verdict" not in out and "decomposed" not in out
     assert "CUDA ms/step" not in out and "%" not in out and "0.000" not in out
     assert "All-reduce across ranks" not in out and "Top kernels" not in out
     assert "vllm-trace-summary: warning: rank 0:" in captured.err
@@ -192,7 +192,9 @@ def test_cpu_trace_without_matching_annotations_names_the_cpu_ones(tmp_path):
     shutil.copy(CPU_TRACE, path)
     s = summarize([str(path)], decode_pattern="^decode_step$")
     r = s["ranks"][0]
-    assert r["decode_steps"] == 0 and r["steps_from"] is None and r["gpu_time_measured"] is False
+    assert r["decode_steps"] == 0 and r["gpu_time_measured"] is False
+    # the prefill step (the default families still find it) is the rank's only step
+    assert [st["phase"] for st in r["steps"]] == ["prefill"]
     (w,) = [w for w in s["warnings"] if "no decode steps match" in w]
     assert "CPU annotation names seen: execute_context_N(N)_generation_N(N) x17." in w
     assert "no GPU projection" not in w  # nothing to project: there is no GPU kernel to attribute
@@ -200,12 +202,21 @@ def test_cpu_trace_without_matching_annotations_names_the_cpu_ones(tmp_path):
 
 def test_the_real_vllm_032_trace_takes_the_fast_path():
     # torch 2.13's exporter writes one key per line; parser="fast" raises where it would fall back.
-    patterns = {"decode": re.compile(r"^execute_context_0\(0\)_generation_[1-9]")}
-    fast = read_trace(str(CPU_TRACE), patterns, parser="fast")
-    general = read_trace(str(CPU_TRACE), patterns, parser="general")
-    assert fast.parser == "fast" and read_trace(str(CPU_TRACE), patterns).parser == "fast"
-    fields = ("rank", "world_size", "devices", "names", "activities", "kernels", "kinds", "cpu_spans",
-              "gpu_annotation_names", "cpu_annotation_names", "graph_launch_corr", "bad_events")
+    matcher = StepMatcher(decode_pattern=r"^execute_context_0\(0\)_generation_[1-9]")
+    fast = read_trace(str(CPU_TRACE), matcher, parser="fast")
+    general = read_trace(str(CPU_TRACE), matcher, parser="general")
+    assert fast.parser == "fast" and read_trace(str(CPU_TRACE), matcher).parser == "fast"
+    fields = ("rank", "world_size", "devices", "names", "activities", "kernels", "gpu_spans", "cpu_spans",
+              "gpu_annotation_names", "cpu_annotation_names", "graph_launches", "collective_args", "bad_events")
     assert [getattr(fast, f) for f in fields] == [getattr(general, f) for f in fields]
-    assert len(fast.cpu_spans["decode"]) == len(_by_hand()[1]) > 0
-    assert summarize([str(CPU_TRACE)]) == summarize([str(CPU_TRACE)], parser="general")
+    assert fast.acts.tolist() == general.acts.tolist() and fast.launches.tolist() == general.launches.tolist()
+    assert len([s for s in fast.cpu_spans if s.step.phase == "decode"]) == len(_by_hand()[1]) > 0
+    general = summarize([str(CPU_TRACE)], parser="general")
+    assert _without_parser(summarize([str(CPU_TRACE)])) == _without_parser(general)
+
+
+def _without_parser(summary):
+    """The summary less each rank's ``parser`` (which names the parser that read it)."""
+    for r in summary["ranks"]:
+        r.pop("parser")
+    return summary

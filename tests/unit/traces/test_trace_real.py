@@ -1,8 +1,9 @@
-"""The real traces in ../shared/traces, checked against plain json.load computations."""
+"""The real traces in tests/data/traces, checked against plain json.load computations."""
 
 import gzip
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,9 @@ from vllm_ops.traces import summarize
 from vllm_ops.traces.reader import read_trace
 
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
-SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[3] / "tests" / "data" / "traces"
+# host calls that put work on a GPU stream (written here, not taken from the reader)
+LAUNCH = re.compile(r"(?:cuda|cu|hip)\w*(?:Launch|Memcpy|Memset)")
 
 
 def _load(path):
@@ -33,9 +36,7 @@ def _by_hand(doc, step_name):
 
 @pytest.fixture(scope="module")
 def h200():
-    d = SHARED / "h200_tp2_decode"
-    if not d.is_dir():
-        pytest.skip(f"real traces not found at {d}")
+    d = TRACES / "h200_tp2_decode"
     hand = {r: _by_hand(_load(d / f"tp2_rank{r}.pt.trace.json.gz"), "decode_step") for r in (0, 1)}
     return d, hand, summarize([str(d)], decode_pattern="^decode_step$")
 
@@ -47,11 +48,10 @@ def test_h200_per_rank_figures(h200):
         assert entry["decode_steps"] == h["steps"] == 12
         assert entry["device"] == "NVIDIA H200"
         assert entry["cuda_ms_per_step"] == pytest.approx(h["cuda"] / 12 / 1000, abs=1e-4)
-        assert entry["step_wall_ms_per_step"] == pytest.approx(h["wall"] / 12 / 1000, abs=1e-4)
         share = sum(h["allreduce"]) / h["cuda"]
         assert entry["categories"]["allreduce"]["share"] == pytest.approx(share, abs=1e-4)
         assert entry["categories"]["gemm"]["ms_per_step"] == pytest.approx(h["gemm"] / 12 / 1000, abs=1e-4)
-        assert entry["categories"]["other"]["ms_per_step"] == 0.0
+        assert entry["categories"]["other"] == {"ms_per_step": 0.0, "share": 0.0}  # every kernel is classified
         assert entry["allreduce_calls_per_step"] == len(h["allreduce"]) / 12 == 61
 
 
@@ -65,14 +65,16 @@ def test_h200_shares_match_the_traces_readme(h200):
 def test_h200_skew_correction(h200):
     _, hand, s = h200
     a, b = hand[0]["allreduce"], hand[1]["allreduce"]
-    mins = [min(x, y) for x, y in zip(a, b)]
+    mins = [min(x, y) for x, y in zip(a, b, strict=True)]
     ar = s["allreduce"]
     assert ar["calls_matched"] == len(a) == len(b) == 732
     assert ar["ms_per_step_skew_corrected"] == pytest.approx(sum(mins) / 12 / 1000, abs=1e-4)
     assert ar["wait_ms_per_step_by_rank"]["0"] == pytest.approx((sum(a) - sum(mins)) / 12 / 1000, abs=1e-4)
     assert ar["wait_ms_per_step_by_rank"]["1"] == pytest.approx((sum(b) - sum(mins)) / 12 / 1000, abs=1e-4)
     assert ar["nccl_ms_per_step_mean"] == ar["ms_per_step_mean"]
-    assert s["warnings"] == []
+    # the one warning: the steady state leaves out the first step (rank 1's lasts 290 ms)
+    (w,) = s["warnings"]
+    assert w.startswith("steady state: decode step 0 left out of the steady figures: first profiled step")
 
 
 def test_h200_default_pattern_finds_no_decode_steps_and_says_why(h200):
@@ -99,10 +101,12 @@ def test_b200_prefill_is_classified(real_traces):
     assert cats["allreduce"]["ms_per_step"] == pytest.approx(multimem / 1000, abs=1e-4)
     assert pre["allreduce_nccl_ms_per_step"] == 0.0
     assert cats["moe_gemm"]["ms_per_step"] >= bmm / 1000 - 1e-4
-    assert cats["other"]["share"] < 0.05
+    assert (cats.get("other") or {"share": 0.0})["share"] < 0.05
     assert max(cats, key=lambda c: cats[c]["ms_per_step"]) == "moe_gemm"
     assert any("missing: 1-7" in w for w in s["warnings"])
     assert any("execute_context_N(N_N)_generation_N(N) x1" in w for w in s["warnings"])
+
+
 
 
 @pytest.mark.parametrize("name", [
@@ -111,19 +115,32 @@ def test_b200_prefill_is_classified(real_traces):
     "public/hta_a100_nccl_rank0.json.gz",
     "public/hta_v100_allreduce_rank1.json.gz",
 ])
-def test_parsers_agree_and_see_every_gpu_activity(real_traces, name):
+def test_parsers_agree(real_traces, name):
+    path = real_traces / name
+    kwargs = {"decode_pattern": ".", "prefill_pattern": "^$"}
+    auto = summarize([str(path)], **kwargs)
+    assert _without(auto, "parser") == _without(summarize([str(path)], parser="general", **kwargs), "parser")
+
+
+
+
+@pytest.mark.parametrize("name", [
+    "h200_tp2_decode/tp2_rank0.pt.trace.json.gz",
+    "public/tracelens_b200_vllm_tp8_rank0.json.gz",
+    "public/hta_a100_nccl_rank0.json.gz",
+])
+def test_with_every_gpu_annotation_a_step_every_activity_inside_one_is_counted_once(real_traces, name):
+    # Each activity that starts inside some GPU annotation belongs to exactly one step (the
+    # latest-starting span holding it), so the kernel time of all steps is that of those activities.
     path = real_traces / name
     doc = _load(path)
     acts = [e for e in doc["traceEvents"] if e.get("cat") in GPU]
-    kwargs = {"decode_pattern": ".", "prefill_pattern": "^$"}
-    auto = summarize([str(path)], **kwargs)
-    assert auto == summarize([str(path)], parser="general", **kwargs)
-    # With every GPU annotation a step, the activities inside them can be recounted by hand.
     spans = [(e["ts"], e["ts"] + e["dur"]) for e in doc["traceEvents"] if e.get("cat") == "gpu_user_annotation"]
-    if spans:
-        total = sum(e["dur"] for e in acts if any(a <= e["ts"] < b for a, b in spans))
-        entry = auto["ranks"][0]
-        assert entry["cuda_ms_per_step"] * entry["decode_steps"] == pytest.approx(total / 1000, rel=1e-3, abs=1e-3)
+    assert spans
+    total = sum(e["dur"] for e in acts if any(a <= e["ts"] < b for a, b in spans))
+    entry = summarize([str(path)], decode_pattern=".", prefill_pattern="^$")["ranks"][0]
+    assert entry["decode_steps"] == len(spans)
+    assert entry["cuda_ms_per_step"] * entry["decode_steps"] == pytest.approx(total / 1000, rel=1e-3, abs=1e-3)
 
 
 @pytest.mark.parametrize("name", [
@@ -157,17 +174,59 @@ def test_h200_relaid_one_key_per_line_reads_fast_and_alike(real_traces, tmp_path
     kwargs = {"decode_pattern": "^decode_step$"}
     pretty = summarize([str(tmp_path)], **kwargs)
     compact = summarize([str(real_traces / "h200_tp2_decode")], **kwargs)
-    for s in (pretty, compact):
-        for entry in s["ranks"]:
-            entry.pop("file")
-    assert pretty == compact
+    assert _without(pretty, "file") == _without(compact, "file")
     general = summarize([str(tmp_path)], parser="general", **kwargs)
-    for entry in general["ranks"]:
-        entry.pop("file")
-    assert pretty == general
+    assert _without(pretty, "file", "parser") == _without(general, "file", "parser")
 
 
-def test_v100_old_nccl_names_are_allreduce(real_traces):
+def _without(summary, *keys):
+    """The summary less these keys of each rank entry (which name the file and the parser that read it)."""
+    return dict(summary, ranks=[{k: v for k, v in r.items() if k not in keys} for r in summary["ranks"]])
+
+
+def _union(intervals):
+    total, end = 0.0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+@pytest.mark.parametrize("parser", ["general", "auto"])
+def test_v100_steps_from_cpu_annotations_by_correlation(real_traces, parser):
+    # Only CPU annotations (ProfilerStep#N): each GPU activity belongs to the step whose CPU span
+    # holds the launch call with its correlation (the earliest such call).
     path = real_traces / "public" / "hta_v100_allreduce_rank1.json.gz"
-    s = summarize([str(path)])
-    assert any("no GPU projection" in w and "ProfilerStep#N" in w for w in s["warnings"])
+    events = _load(path)["traceEvents"]
+    assert not any(e.get("cat") == "gpu_user_annotation" for e in events)
+    launch = {}
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and LAUNCH.match(e["name"]):
+            c = e["args"]["correlation"]
+            launch[c] = min(launch.get(c, e["ts"]), e["ts"])
+    steps = sorted((e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])
+    inside = [[] for _ in steps]
+    for e in events:
+        if e.get("cat") in GPU:
+            t = launch.get(e["args"].get("correlation"))
+            for i, st in enumerate(steps):
+                if t is not None and st["ts"] <= t < st["ts"] + st["dur"]:
+                    inside[i].append(e)
+    s = summarize([str(path)], parser=parser)
+    r = s["ranks"][0]
+    assert r["steps_from"] == "user_annotation" and r["decode_steps"] == len(steps) == 5
+    assert any("ProfilerStep#N spans are used as decode steps" in w for w in s["warnings"])
+    for row, st, acts in zip(r["steps"], steps, inside, strict=True):
+        assert row["name"] == st["name"] and row["activities"] == len(acts) > 0
+        assert row["window_ms"] == pytest.approx((max(e["ts"] + e["dur"] for e in acts) -
+                                                  min(e["ts"] for e in acts)) / 1000, abs=1e-4)
+        assert row["busy_ms"] == pytest.approx(_union([(e["ts"], e["ts"] + e["dur"]) for e in acts]) / 1000, abs=1e-4)
+        # the old ncclKernel_AllReduce_RING_LL_Sum_float names are all-reduce
+        ar = [e["dur"] for e in acts if e["name"].startswith("ncclKernel_AllReduce")]
+        assert row["allreduce_calls"] == len(ar) > 0
+        assert row["allreduce_kernel_ms"] == pytest.approx(sum(ar) / 1000, abs=1e-4)

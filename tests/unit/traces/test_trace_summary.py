@@ -1,6 +1,6 @@
 import pytest
 
-from vllm_ops.traces import TraceInputError, summarize
+from vllm_ops.traces import Classifier, TraceInputError, parse_rules, summarize
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 CUSTOM = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)"
@@ -27,10 +27,16 @@ def test_two_ranks_known_figures(write_trace, ev, tmp_path):
     r0, r1 = s["ranks"]
     assert (r0["rank"], r0["decode_steps"], r1["decode_steps"]) == (0, 2, 2)
     assert r0["cuda_ms_per_step"] == pytest.approx((4 + 10 + 4 + 12) / 2 / 1000)
-    assert r0["step_wall_ms_per_step"] == pytest.approx(0.1)
     assert r0["categories"]["allreduce"] == {"ms_per_step": 0.011, "share": pytest.approx(22 / 30, abs=1e-4)}
     assert r0["categories"]["gemm"]["ms_per_step"] == 0.004
-    assert r0["categories"]["other"] == {"ms_per_step": 0.0, "share": 0.0}
+    # per step: the GEMM [1, 5] and the all-reduce [10, 20] (step 0) or [10, 22] (step 1), in us
+    assert [s["window_ms"] for s in r0["steps"]] == [0.019, 0.021]
+    assert [s["busy_ms"] for s in r0["steps"]] == [0.014, 0.016]
+    assert [s["idle_ms"] for s in r0["steps"]] == [0.005, 0.005]
+    # no CPU annotation: a step starts at its window start; the period runs to the next step's start
+    assert [s["period_ms"] for s in r0["steps"]] == [1.0, None]
+    assert [s["allreduce_transfer_ms"] for s in r0["steps"]] == [0.01, 0.005]
+    assert [s["allreduce_wait_ms"] for s in r1["steps"]] == [0.02, 0.0]
     assert r0["top_kernels"][0] == {"name": NCCL, "category": "allreduce", "ms_per_step": 0.011,
                                     "calls_per_step": 1.0}
     ar = s["allreduce"]
@@ -56,20 +62,24 @@ def test_activity_belongs_to_a_step_by_its_start(write_trace, ev, tmp_path):
     assert s["ranks"][0]["top_kernels"][0]["calls_per_step"] == 2.0
 
 
-@pytest.mark.parametrize(("name", "decode", "prefill"), [
-    ("execute_context_0(0)_generation_5(5)", 1, 0),
-    ("execute_context_0(0)_generation_1(888_788544)", 1, 0),
-    ("execute_7_context_0(0)_generation_3(3)", 1, 0),
-    ("execute_context_1(888_788544)_generation_0(0)", 0, 1),
-    ("execute_context_2(4096)_generation_30(30)", 0, 1),
-    ("execute_context_10(10)_generation_0(0)", 0, 1),
-    ("execute_context_0(0)_generation_0(0)", 0, 0),  # an empty step: nothing scheduled
-    ("execute_model", 0, 0),
+@pytest.mark.parametrize(("name", "phase"), [
+    ("execute_context_0(0)_generation_5(5)", "decode"),
+    ("execute_context_0(0)_generation_1(888_788544)", "decode"),
+    ("execute_7_context_0(0)_generation_3(3)", "decode"),
+    ("execute_1_context_0(sq0sk0sqsq0sqsk0)_generation_1(sq1sk300sqsq1sqsk300)", "decode"),
+    ("execute_context_1(888_788544)_generation_0(0)", "prefill"),
+    ("execute_context_10(10)_generation_0(0)", "prefill"),
+    # context and generation requests in one step: mixed, neither a decode nor a prefill step
+    ("execute_context_2(4096)_generation_30(30)", "mixed"),
+    ("execute_context_0(0)_generation_0(0)", None),  # an empty step: nothing scheduled, never a step
+    ("execute_model", None),
 ])
-def test_default_patterns(write_trace, ev, name, decode, prefill):
+def test_default_patterns(write_trace, ev, name, phase):
     s = summarize([write_trace("r0.json.gz", [ev.span(name, 0.0, 10.0), ev.kernel(GEMM, 1.0, 2.0)])])
-    assert s["ranks"][0]["decode_steps"] == decode
-    assert [p["prefill_steps"] for p in s["prefill"]] == ([1] if prefill else [])
+    r = s["ranks"][0]
+    assert [st["phase"] for st in r["steps"]] == ([phase] if phase else [])
+    assert r["decode_steps"] == (phase == "decode")
+    assert [p["prefill_steps"] for p in s["prefill"]] == ([1] if phase == "prefill" else [])
 
 
 def test_profiler_step_fallback(write_trace, ev):
@@ -105,10 +115,36 @@ def test_zero_decode_steps_names_what_was_seen(write_trace, ev):
     assert "execute_context_N(N)_generation_N(N) x1" in w and "forward x1" in w
 
 
-def test_cpu_only_annotations_are_named(write_trace, ev):
-    events = [ev.span("ProfilerStep#1", 0.0, 10.0, cat="user_annotation"), ev.kernel(GEMM, 1.0, 2.0)]
+def test_cpu_annotations_without_gpu_projection_are_steps_by_correlation(write_trace, ev):
+    # No gpu_user_annotation: the steps come from the CPU annotations, and an activity belongs
+    # to the step whose CPU span holds the launch call with its correlation.
+    events = [ev.span("ProfilerStep#1", 0.0, 10.0, cat="user_annotation"),
+              ev.span("ProfilerStep#2", 10.0, 10.0, cat="user_annotation"),
+              ev.runtime("cudaLaunchKernel", 2.0, 1.0, corr=1), ev.runtime("cudaLaunchKernel", 12.0, 1.0, corr=2),
+              ev.runtime("cudaLaunchKernel", 13.0, 1.0, corr=3),
+              # launched in step 1, runs while step 2's CPU span is open: still step 1's
+              ev.kernel(GEMM, 11.0, 2.0, corr=1), ev.kernel(GEMM, 14.0, 3.0, corr=2),
+              ev.kernel(GEMM, 30.0, 1.0, corr=3)]
     s = summarize([write_trace("r0.json.gz", events)])
-    assert any("ProfilerStep#N x1" in w and "no GPU projection" in w for w in s["warnings"])
+    r = s["ranks"][0]
+    assert r["decode_steps"] == 2 and r["steps_from"] == "user_annotation"
+    assert [st["activities"] for st in r["steps"]] == [1, 2]
+    assert [st["window_ms"] for st in r["steps"]] == [0.002, 0.017]  # 11-13; 14-31
+    assert [st["busy_ms"] for st in r["steps"]] == [0.002, 0.004]
+    assert any("ProfilerStep#N spans are used as decode steps" in w for w in s["warnings"])
+    assert not any("could not be attributed" in w for w in s["warnings"])
+
+
+def test_cpu_annotations_with_kernels_lacking_a_launch_are_flagged(write_trace, ev):
+    # the one launch call in the trace carries another correlation than the kernel
+    events = [ev.span("ProfilerStep#1", 0.0, 10.0, cat="user_annotation"), ev.kernel(GEMM, 1.0, 2.0, corr=8),
+              ev.runtime("cudaLaunchKernel", 0.5, 0.2, corr=9)]
+    s = summarize([write_trace("r0.json.gz", events)])
+    r = s["ranks"][0]
+    assert r["decode_steps"] == 1 and r["steps_from"] == "user_annotation"
+    assert r["steps"][0]["activities"] == 0
+    assert any("steps found from CPU annotations, but 1 of 1 GPU activities have no launch call" in w
+               for w in s["warnings"])
 
 
 def test_cpu_only_trace_warns_instead_of_reporting_zeros(write_trace, ev):
@@ -169,8 +205,20 @@ def test_different_step_counts_and_unmatched_calls(write_trace, ev, tmp_path):
     write_trace("r1.json.gz", _rank_events(ev, [30.0, 5.0], step_names=(STEP, "other")), rank=1, world_size=2)
     s = summarize([str(tmp_path)], jobs=1)
     assert any("different decode step counts (rank 0: 2, rank 1: 1)" in w for w in s["warnings"])
-    assert any("all-reduce calls do not match across ranks (rank 0: 2, rank 1: 1" in w for w in s["warnings"])
+    assert ("all-reduce group (unnamed): ranks have different call counts (rank 0: 2, rank 1: 1); only the first "
+            "1 of each were matched as collectives.") in s["warnings"]
     assert s["allreduce"]["calls_matched"] == 1
+    # the matched collective: min(10, 30) = 10 us of transfer, rank 1 waited 20 us
+    assert s["ranks"][0]["steps"][0]["allreduce_transfer_ms"] == 0.01
+    assert s["ranks"][1]["steps"][0]["allreduce_wait_ms"] == 0.02
+    # rank 0's second call has no partner: its transfer is unknown, not zero
+    assert s["ranks"][0]["steps"][1]["allreduce_transfer_ms"] is None
+
+
+def test_skew_correction_with_unmatched_calls_keeps_its_meaning(write_trace, ev, tmp_path):
+    write_trace("r0.json.gz", _rank_events(ev, [10.0, 12.0]), rank=0, world_size=2)
+    write_trace("r1.json.gz", _rank_events(ev, [30.0, 5.0], step_names=(STEP, "other")), rank=1, world_size=2)
+    s = summarize([str(tmp_path)], jobs=1)
     assert s["allreduce"]["ms_per_step_skew_corrected"] == pytest.approx(0.01)
 
 
@@ -179,7 +227,8 @@ def test_calls_running_different_kernels_are_flagged(write_trace, ev, tmp_path):
     events = [e if e["name"] != NCCL else dict(e, name=CUSTOM) for e in _rank_events(ev, [30.0, 5.0])]
     write_trace("r1.json.gz", events, rank=1, world_size=2)
     s = summarize([str(tmp_path)], jobs=1)
-    assert any("2 of 2 paired all-reduce calls run different kernels" in w for w in s["warnings"])
+    assert ("all-reduce group (unnamed): 2 of 2 matched calls run different kernels on different ranks; the "
+            "matching by call order may be off.") in s["warnings"]
     assert s["ranks"][1]["allreduce_nccl_ms_per_step"] == 0.0
     assert s["allreduce"]["nccl_ms_per_step_mean"] == pytest.approx(0.011 / 2, abs=1e-4)
 
@@ -203,7 +252,7 @@ def test_two_files_for_one_rank_is_an_error(write_trace, ev, tmp_path):
 def test_keep_going_lets_good_ranks_through(write_trace, ev, tmp_path):
     write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]), rank=0, world_size=2)
     (tmp_path / "r1.json.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
-    with pytest.raises(TraceInputError, match="r1.json.gz"):
+    with pytest.raises(TraceInputError, match=r"r1\.json\.gz"):
         summarize([str(tmp_path)], jobs=1)
     s = summarize([str(tmp_path)], keep_going=True, jobs=1)
     assert [r["rank"] for r in s["ranks"]] == [0]
@@ -213,7 +262,7 @@ def test_keep_going_lets_good_ranks_through(write_trace, ev, tmp_path):
 
 def test_keep_going_with_nothing_readable_still_fails(tmp_path):
     (tmp_path / "r0.json").write_bytes(b"")
-    with pytest.raises(TraceInputError, match="r0.json: empty file .*no readable trace left"):
+    with pytest.raises(TraceInputError, match=r"r0\.json: empty file .*no readable trace left"):
         summarize([str(tmp_path)], keep_going=True)
 
 
@@ -227,8 +276,17 @@ def test_user_categories_and_top(write_trace, ev):
     path = write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]))
     s = summarize([path], categories={"mine": "^nvjet"}, top=1)
     r = s["ranks"][0]
-    assert r["categories"]["mine"]["ms_per_step"] == 0.004 and r["categories"]["gemm"]["ms_per_step"] == 0.0
-    assert len(r["top_kernels"]) == 1
+    assert r["categories"]["mine"]["ms_per_step"] == 0.004
+    assert r["top_kernels"] == [{"name": GEMM, "category": "mine", "ms_per_step": 0.004, "calls_per_step": 1.0}]
+    assert r["steps"][0]["kernel_ms_by_category"] == {"mine": 0.004, "allreduce": 0.001}
+
+
+def test_categories_list_every_category_of_the_table(write_trace, ev):
+    s = summarize([write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]))], categories={"mine": "^nvjet"})
+    r = s["ranks"][0]
+    assert r["categories"]["gemm"] == {"ms_per_step": 0.0, "share": 0.0}
+    assert r["categories"]["other"] == {"ms_per_step": 0.0, "share": 0.0}
+    assert set(r["categories"]) == set(Classifier(parse_rules({"mine": "^nvjet"})).categories)
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -243,11 +301,27 @@ def test_bad_options(write_trace, ev, kwargs, message):
         summarize([write_trace("r0.json.gz", [])], **kwargs)
 
 
-def test_nested_spans_count_an_activity_once(write_trace, ev):
+def test_nested_spans_are_flagged(write_trace, ev):
     events = [ev.span("step_outer", 0.0, 100.0), ev.span("step_inner", 10.0, 10.0),
               ev.kernel(GEMM, 15.0, 1.0), ev.kernel(GEMM, 50.0, 2.0)]
     s = summarize([write_trace("r0.json.gz", events)], decode_pattern="^step_")
     r = s["ranks"][0]
     assert r["decode_steps"] == 2
+    # the kernel at 15 lies in both spans: it belongs to the one that started last, the inner one
+    assert r["steps"][1]["name"] == "step_inner" and r["steps"][1]["kernel_ms"] == 0.001
+    assert any("1 step spans overlap the one before; each activity is counted in the latest-starting span that "
+               "holds it" in w for w in s["warnings"])
+
+
+def test_nested_spans_an_activity_outside_the_inner_span_belongs_to_the_outer(write_trace, ev):
+    events = [ev.span("step_outer", 0.0, 100.0), ev.span("step_inner", 10.0, 10.0),
+              ev.kernel(GEMM, 15.0, 1.0), ev.kernel(GEMM, 50.0, 2.0)]
+    s = summarize([write_trace("r0.json.gz", events)], decode_pattern="^step_")
+    r = s["ranks"][0]
+    assert [st["kernel_ms"] for st in r["steps"]] == [0.002, 0.001]
     assert r["cuda_ms_per_step"] == pytest.approx(0.003 / 2)
-    assert any("1 decode spans overlap" in w for w in s["warnings"])
+
+
+def test_step_wall_is_still_the_step_span_duration(write_trace, ev):
+    s = summarize([write_trace("r0.json.gz", _rank_events(ev, [10.0, 12.0]))])
+    assert s["ranks"][0]["step_wall_ms_per_step"] == pytest.approx(0.1)
