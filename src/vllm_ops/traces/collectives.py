@@ -55,13 +55,14 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int], 
     last_total = dict.fromkeys(ranks, 0)
     wait_total = dict.fromkeys(ranks, 0.0)
     matched_total = 0
+    group_of = {r: np.array(["" if g is None else g for g in calls_by_rank[r]["group"]], dtype=object)
+                for r in ranks}
+    name_ids: dict[str, int] = {}
+    name_of = {r: np.array([name_ids.setdefault(n, len(name_ids)) for n in calls_by_rank[r]["name"]], np.int64)
+               for r in ranks}
     for key in keys:
-        per_rank = {}
-        for r in ranks:
-            c = calls_by_rank[r]
-            idx = [i for i, g in enumerate(c["group"]) if (g if g is not None else "") == key]
-            per_rank[r] = idx
-        present = [r for r in ranks if per_rank[r]]
+        per_rank = {r: np.flatnonzero(group_of[r] == key) for r in ranks}
+        present = [r for r in ranks if len(per_rank[r])]
         counts = {r: len(per_rank[r]) for r in present}
         n_match = min(counts.values()) if counts else 0
         label = key or "(unnamed)"
@@ -75,10 +76,10 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int], 
             warnings.append(f"all-reduce group {label}: only rank {present[0]} has a trace with its calls, so "
                             "transfer and waiting cannot be told apart (the transfer shown is that rank's "
                             "own kernel time).")
-        dur = np.array([[calls_by_rank[r]["dur"][i] for i in per_rank[r][:n_match]] for r in present])
-        step = np.array([[calls_by_rank[r]["step"][i] for i in per_rank[r][:n_match]] for r in present])
-        names = [[calls_by_rank[r]["name"][i] for i in per_rank[r][:n_match]] for r in present]
-        differ = sum(1 for k in range(n_match) if len({names[j][k] for j in range(len(present))}) > 1)
+        dur = np.array([np.asarray(calls_by_rank[r]["dur"])[per_rank[r][:n_match]] for r in present])
+        step = np.array([np.asarray(calls_by_rank[r]["step"])[per_rank[r][:n_match]] for r in present])
+        names = np.array([name_of[r][per_rank[r][:n_match]] for r in present])
+        differ = int(np.sum(np.any(names != names[0], axis=0)))
         if differ:
             warnings.append(f"all-reduce group {label}: {differ} of {n_match} matched calls run different kernels "
                             "on different ranks; the matching by call order may be off.")
@@ -91,15 +92,18 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int], 
         last = np.argmin(dur, axis=0)
         for j, r in enumerate(present):
             ps = out["per_step"][r]
-            for s_, t_, w_ in zip(step[j].tolist(), transfer.tolist(), wait[j].tolist(), strict=True):
+            steps_j, pos = np.unique(step[j], return_inverse=True)
+            t_sum = np.bincount(pos, weights=transfer)
+            w_sum = np.bincount(pos, weights=wait[j])
+            for s_, t_, w_ in zip(steps_j.tolist(), t_sum.tolist(), w_sum.tolist(), strict=True):
                 a, b = ps.get(s_, (0.0, 0.0))
                 ps[s_] = (a + t_, b + w_)
         keep = np.ones(n_match, bool) if steady is None else np.isin(step[0], list(steady))
         if not keep.any():
             keep = np.ones(n_match, bool)
         first = calls_by_rank[present[0]]
-        nelems = [first["nelems"][i] for i in per_rank[present[0]][:n_match]]
-        dtypes = [first["dtype"][i] for i in per_rank[present[0]][:n_match]]
+        nelems = [first["nelems"][i] for i in per_rank[present[0]][:n_match].tolist()]
+        dtypes = [first["dtype"][i] for i in per_rank[present[0]][:n_match].tolist()]
         size = group_sizes.get(key) or len(present)
         nbytes = np.array([(e * DTYPE_BYTES[d]) if e is not None and d in DTYPE_BYTES else np.nan
                            for e, d in zip(nelems, dtypes, strict=True)])

@@ -110,7 +110,7 @@ def _compact_layout() -> _Layout:
         rb'"pid": ([^,\n]*), "tid": [^,\n]*,\n    "ts": ([^,\n]*), "dur": ([^,\n]*),\n    "args": \{\n'
         rb'(?=([^}]*))'  # the args (up to their first '}'; one line in torch 2.x, several in 1.x)
         rb'[ \t]*(?:"External id": (\d+))?'
-        rb'(?:,[^\n]*?"correlation": (\d+))?'
+        rb'(?:,[^\n]*"correlation": (\d+))?'
     ), b"\n  {")
 
 
@@ -126,7 +126,7 @@ def _key_per_line_layout(brace: bytes, key: bytes) -> _Layout:
         rb'"ts": ([^,\n]*),' + k + rb'"dur": ([^,\n]*?)(?:' + k + rb')?,' + k + rb'"args": \{\n'
         rb'(?=([^}]*))'  # the args (up to their first '}'), for what the groups below miss
         rb'[ \t]*(?:"External id": (\d+))?'
-        rb'(?:,[^}]*?"correlation": (\d+))?'
+        rb'(?:,[^}]*"correlation": (\d+))?'
     ), b"\n" + brace + b"{")
 
 
@@ -484,6 +484,7 @@ def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
     kernels = gpu = 0
     row = d.activities
     kind_of = _KIND
+    span_names, gpu_names, cpu_names = b._span_names, d.gpu_annotation_names, d.cpu_annotation_names
     try:
         for cat, name, pid, ts, dur, args, ext, corr in layout.event.findall(piece):
             kind = kind_of[cat]
@@ -507,8 +508,15 @@ def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
                     t = _collective(args)
                     d.collective_args[row + len(records) - 1] = b.coll_intern.setdefault(t, t)
             else:
-                gpu += kind == _SPAN_GPU
-                b.span(kind == _SPAN_GPU, name, float(ts), float(dur), int(ext) if ext else _arg(args, _EXTERNAL_ID))
+                is_gpu = kind == _SPAN_GPU
+                gpu += is_gpu
+                known = span_names.get(name)
+                if known is not None and known[2] is None:  # seen before, not a step: count it only
+                    counter = gpu_names if is_gpu else cpu_names
+                    if known[1] in counter or len(counter) < _MAX_DISTINCT_NAMES:
+                        counter[known[1]] += 1
+                    continue
+                b.span(is_gpu, name, float(ts), float(dur), int(ext) if ext else _arg(args, _EXTERNAL_ID))
     except ValueError:
         raise _LayoutMismatch("non-numeric ts/dur") from None
     if kernels != piece.count(b'"cat": "kernel"') or gpu != piece.count(b'"cat": "gpu_'):

@@ -179,7 +179,8 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
             per_phase[phase] = [(data.names[i], cats[i], float(tot[i]), int(cnt[i])) for i in ranked[:top]]
         nccl = re.compile(NCCL_ALLREDUCE_PATTERN)
         calls = timeline.allreduce_calls(data, classifier, rows)
-        calls["nccl"] = [bool(nccl.search(n)) for n in calls["name"]]
+        is_nccl = {n: bool(nccl.search(n)) for n in set(calls["name"])}
+        calls["nccl"] = [is_nccl[n] for n in calls["name"]]
         out["sets"][key] = {"steps_from": rows.steps_from, "steps": table, "calls": calls, "top": per_phase,
                             "overlapping_spans": _overlaps(rows.spans)}
     return out

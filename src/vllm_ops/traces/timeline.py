@@ -187,14 +187,14 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
     cats = [classifier.classify(nm, c) for nm, c in zip(data.names, data.name_cats, strict=True)]
     order_cats = busy_priority(classifier)
     cat_index = {c: i for i, c in enumerate(order_cats)}
-    name_cat = np.array([cat_index[c] for c in cats], np.int64) if cats else np.zeros(0, np.int64)
-    sel = np.flatnonzero(rows.act_step >= 0)
-    g = rows.act_step[sel]
+    name_cat = np.array([cat_index[c] for c in cats], np.int16) if cats else np.zeros(0, np.int16)
+    sel = np.flatnonzero(rows.act_step >= 0).astype(np.int32)
+    g = rows.act_step[sel].astype(np.int32)
     ts, dur = acts["ts"][sel], acts["dur"][sel]
     order = np.lexsort((ts, g))
     sel, g, ts, dur = sel[order], g[order], ts[order], dur[order]
     end = ts + dur
-    acat = name_cat[acts["nid"][sel]] if len(sel) else np.zeros(0, np.int64)
+    acat = name_cat[acts["nid"][sel]] if len(sel) else np.zeros(0, np.int16)
     counts = np.bincount(g, minlength=n)
     has = counts > 0
     wstart = np.full(n, np.nan)
@@ -257,6 +257,7 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
             nxt = start[i]
     period = next_decode - start
     graph = _graph_launches(data, rows, n)
+    table_cats = classifier.categories
     t0 = start[0]
     out = []
     for i, s in enumerate(spans):
@@ -283,7 +284,7 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
             "host_ms": _ms(per - window) if per is not None and window is not None else None,
             "kernel_ms": _ms(kernel_sum[i]),
             "busy_ms_by_category": {c_: _ms(by_cat[k, i]) for k, c_ in enumerate(order_cats) if by_cat[k, i] > 0},
-            "kernel_ms_by_category": {c_: _ms(kcat[i, cat_index[c_]]) for c_ in classifier.categories
+            "kernel_ms_by_category": {c_: _ms(kcat[i, cat_index[c_]]) for c_ in table_cats
                                       if kcat[i, cat_index[c_]] > 0},
             "allreduce_kernel_ms": _ms(ar_sum[i]),
             "allreduce_calls": int(ar_calls[i]),
@@ -347,13 +348,16 @@ def trace_timeline(data: TraceData) -> dict | None:
     if not len(acts):
         return None
     order = np.argsort(acts["ts"], kind="stable")
-    ts = acts["ts"][order]
-    end = ts + acts["dur"][order]
-    g = np.zeros(len(ts), np.int64)
-    busy = float(_group_union(ts, end, g, 1, np.array([ts[0]]))[0][0])
-    span = float(end.max() - ts[0])
-    return {"span_ms": _ms(span), "busy_ms": _ms(busy), "idle_ms": _ms(span - busy),
-            "idle_share": round((span - busy) / span, 4) if span > 0 else None}
+    start = acts["ts"][order]
+    reach = acts["dur"][order]
+    del order
+    reach += start
+    np.maximum.accumulate(reach, out=reach)  # the latest end so far
+    span = float(reach[-1] - start[0])
+    gaps = start[1:] - reach[:-1]  # the GPU is idle where the next start lies beyond every end so far
+    idle = float(gaps[gaps > 0].sum())
+    return {"span_ms": _ms(span), "busy_ms": _ms(span - idle), "idle_ms": _ms(idle),
+            "idle_share": round(idle / span, 4) if span > 0 else None}
 
 
 def _ms(us) -> float | None:
