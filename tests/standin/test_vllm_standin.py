@@ -514,6 +514,26 @@ def test_traces_are_retimed_copies_of_the_templates(server, sandbox, templates):
     assert abs((earliest[0] - earliest[1]) / 1000 - template_gap) < 1000
 
 
+def test_detailed_trace_annotation_names_the_steps_as_vllm_does(server, sandbox, templates):
+    server.start(*torch_profiler(sandbox.traces, detailed_trace_annotation=True), tp=2,
+                 env={"VLLM_STANDIN_TRACE_TEMPLATES": str(templates)})
+    server.wait_ready()
+    assert server.post("/start_profile").status_code == 200
+    assert server.post("/stop_profile").status_code == 200
+    for rank in range(2):
+        (path,) = sandbox.traces.glob(f"dp0_pp0_tp{rank}_dcp0_ep0_rank{rank}.*.pt.trace.json.gz")
+        events = read_trace(path)["traceEvents"]
+        cpu = sorted((e["ts"], e["name"], e["args"]["External id"]) for e in events
+                     if e.get("cat") == "user_annotation" and e["name"].startswith("execute_"))
+        gpu = {e["args"]["External id"]: e["name"] for e in events
+               if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("execute_")}
+        # one decode request whose key length grows by one token a step, as vLLM writes it
+        assert [name for _, name, _ in cpu] == [
+            f"execute_1_context_0(sq0sk0sqsq0sqsk0)_generation_1(sq1sk{128 + k}sqsq1sqsk{128 + k})"
+            for k in range(12)]
+        assert all(gpu[ext] == name for _, name, ext in cpu)  # each GPU twin has its CPU span's name
+
+
 def test_truncate_trace_fault_corrupts_only_that_rank(server, sandbox):
     server.start(*torch_profiler(sandbox.traces), tp=2)
     server.wait_ready()

@@ -39,6 +39,10 @@ FINGERPRINT = f"vllm-{VERSION}-5f0a1d2e"  # vLLM: version and a digest of its bu
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 SCRIPT = os.path.abspath(__file__)
 DECODE_ANNOTATION = "execute_context_0(0)_generation_1(1)"
+# With detailed_trace_annotation (vLLM 0.26+): T scheduled tokens, then per group the sums of
+# query and key lengths; one decode request whose context grows by a token a step.
+DETAILED_DECODE = "execute_1_context_0(sq0sk0sqsq0sqsk0)_generation_1(sq1sk{k}sqsq1sqsk{k})"
+DETAILED_CONTEXT = 128
 PROTECTED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 PROFILER_BOOL_FIELDS = {
     "torch_profiler_with_stack": True,
@@ -388,10 +392,12 @@ def min_ts(trace):
     return trace.get("baseTimeNanoseconds", 0) + int(min(stamps, default=0) * 1000)
 
 
-def retime_template(trace, rank, world, start_ns, origin_ns):
+def retime_template(trace, rank, world, start_ns, origin_ns, detailed=False):
     """Shift a template so that ``origin_ns`` (the earliest time over all
     templates, kept so ranks stay aligned) lands on ``start_ns``; rename the
-    decode-step annotations as vLLM names them; stamp this rank."""
+    decode-step annotations as vLLM names them (in the detailed form with
+    ``detailed``: the k-th step of the CPU annotations, and its GPU twin by
+    External id, gets key length DETAILED_CONTEXT + k); stamp this rank."""
     base_old = trace.get("baseTimeNanoseconds", 0)
     base_new = start_ns // 10**9 * 10**9
     shift_us = (base_old - base_new + start_ns - origin_ns) / 1000.0
@@ -399,12 +405,18 @@ def retime_template(trace, rank, world, start_ns, origin_ns):
     t_rank = info.get("rank", rank)
     t_pid = next((ev.get("pid") for ev in trace.get("traceEvents", [])
                   if ev.get("cat") == "user_annotation"), None)
+    cpu_steps = sorted((ev["ts"], (ev.get("args") or {}).get("External id"))
+                       for ev in trace.get("traceEvents", [])
+                       if ev.get("cat") == "user_annotation" and ev.get("name") == "decode_step")
+    step_of = {ext: k for k, (_, ext) in enumerate(cpu_steps)}
     for ev in trace.get("traceEvents", []):
         if isinstance(ev.get("ts"), (int, float)):
             ev["ts"] = round(ev["ts"] + shift_us, 3)
         if ev.get("cat") in ("user_annotation", "gpu_user_annotation") \
                 and ev.get("name") == "decode_step":
-            ev["name"] = DECODE_ANNOTATION
+            k = step_of.get((ev.get("args") or {}).get("External id"))
+            ev["name"] = DETAILED_DECODE.format(k=DETAILED_CONTEXT + k) \
+                if detailed and k is not None else DECODE_ANNOTATION
         if t_pid is not None and ev.get("pid") == t_pid:
             ev["pid"] = os.getpid()
             if ev.get("tid") == t_pid:
@@ -654,7 +666,7 @@ class Worker:
             log("WARNING", "wrapper.py:82",
                 f"Failed to stop profiler: Can't create directory: {trace_dir}")
             return
-        trace = self.make_trace(prof["start_ns"])
+        trace = self.make_trace(prof["start_ns"], pcfg["detailed_trace_annotation"])
         r = self.rank
         worker = f"dp0_pp0_tp{r}_dcp0_ep0_rank{r}"  # get_worker_rank_suffix on a GPU host
         if prof.get("prefix"):
@@ -670,7 +682,7 @@ class Worker:
             log("INFO", "wrapper.py:98", "Profiler stopped successfully.")
         self.stopped_once = True
 
-    def make_trace(self, start_ns):
+    def make_trace(self, start_ns, detailed=False):
         files = template_files()
         world = self.cfg["tp"]
         if not files:
@@ -680,7 +692,7 @@ class Worker:
             template = load_json_gz(files[self.rank % len(files)])
             origin = min(min_ts(load_json_gz(path)) for path in files) if len(files) > 1 \
                 else min_ts(template)
-            trace = retime_template(template, self.rank, world, start_ns, origin)
+            trace = retime_template(template, self.rank, world, start_ns, origin, detailed)
         # vLLM stamps its version into every trace it writes
         trace.update(vllm_version=VERSION, vllm_version_tuple=VERSION.split("."))
         return trace
