@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCES = [
-    REPO.parent / "shared" / "traces" / "h200_tp2_decode" / f"tp2_rank{r}.pt.trace.json.gz" for r in (0, 1)
+    REPO / "tests" / "data" / "traces" / "h200_tp2_decode" / f"tp2_rank{r}.pt.trace.json.gz" for r in (0, 1)
 ]
 _TS = re.compile(rb'("ts": )(\d+(?:\.\d+)?)')
 _INFO = re.compile(rb'"distributedInfo": \{.*?\}\]?[^\n]*\n')
@@ -52,7 +52,7 @@ def _pretty_event(lines: list[bytes]) -> bytes:
         return b"  {\n" + b",\n".join(keys) + b"\n  }"
     if pairs and pairs[0] == b'"ph": "X"':
         return b"  {\n" + b",\n".join(keys) + b"\n    ,\n" + b"\n".join(args) + b"\n  }"
-    return b"  {\n" + b",\n".join(keys + [args[0]]) + b"\n" + b"\n".join(args[1:]) + b"\n  }"
+    return b"  {\n" + b",\n".join([*keys, args[0]]) + b"\n" + b"\n".join(args[1:]) + b"\n  }"
 
 
 def pretty_parts(head: bytes, body: bytes, tail: bytes) -> tuple[bytes, bytes, bytes]:
@@ -111,7 +111,8 @@ def _member(data: bytes, level: int) -> bytes:
 
 def build_body(source: Path, target_bytes: int, level: int,
                layout: str = "compact") -> tuple[bytes, bytes, bytes, int, int]:
-    head, body, tail = _split(gzip.open(source).read())
+    with gzip.open(source) as fh:
+        head, body, tail = _split(fh.read())
     if layout == "pretty":
         head, body, tail = pretty_parts(head, body, tail)
     period = _span(body) + 1000.0  # 1 ms gap between replicas

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gen_traces  # noqa: E402
+from vllm_ops.traces.categories import Classifier
+from vllm_ops.traces.reader import read_trace
+from vllm_ops.traces.summary import allreduce_calls
 
-from vllm_ops.traces.reader import read_trace  # noqa: E402
-from vllm_ops.traces.summary import allreduce_calls  # noqa: E402
-from vllm_ops.traces.categories import Classifier  # noqa: E402
+import gen_traces
 
 PATTERNS = {"decode": re.compile(r"^decode_step$")}
 
