@@ -16,20 +16,20 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_ops.traces.annotations import StepMatcher
 from vllm_ops.traces.categories import Classifier
 from vllm_ops.traces.reader import read_trace
 from vllm_ops.traces.summary import allreduce_calls
 
 import gen_traces
 
-PATTERNS = {"decode": re.compile(r"^decode_step$")}
+MATCHER = StepMatcher(r"^decode_step$")
 
 
 def write(out: Path, layout: str, target_mb: float) -> Path:
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         for _ in range(args.rounds):
             for layout, parser in cases:
                 t0 = time.process_time()
-                data = read_trace(str(files[layout]), PATTERNS, parser=parser, keep_calls=keep)
+                data = read_trace(str(files[layout]), MATCHER, parser=parser, keep_calls=keep)
                 cpu = time.process_time() - t0
                 best[layout, parser] = min(cpu, best.get((layout, parser), cpu))
                 seen[layout, parser] = data
@@ -66,8 +66,9 @@ def main(argv=None) -> int:
     print("| --- | --- | --- | ---: | --- |")
     for (layout, parser), cpu in best.items():
         d = seen[layout, parser]
-        same = (d.names, d.activities, d.kinds, d.cpu_spans, d.graph_launch_corr) == (
-            ref.names, ref.activities, ref.kinds, ref.cpu_spans, ref.graph_launch_corr)
+        same = (d.names, d.activities, d.gpu_spans, d.cpu_spans, d.graph_launches, d.acts.tobytes(),
+                d.launches.tobytes()) == (ref.names, ref.activities, ref.gpu_spans, ref.cpu_spans,
+                                          ref.graph_launches, ref.acts.tobytes(), ref.launches.tobytes())
         print(f"| {layout} | {parser} | {d.parser} | {cpu:.2f} | {same} |")
     base = best["compact", "auto"]
     print(f"\n- pretty / compact, parser auto, CPU: {best['pretty', 'auto'] / base:.2f}x")
