@@ -55,6 +55,15 @@ def test_campaign_end_to_end(host, campaign):
     summary = json.loads((campaign_dir / "summary.json").read_text())
     report = (campaign_dir / "report.md").read_text()
     assert (campaign_dir / "decode.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (campaign_dir / "steps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The stand-in's nvidia-smi says PCIe, and the verdict's advisor was told so.
+    assert "GPU0\t X \tPIX" in (campaign_dir / "topology.txt").read_text()
+    assert summary["context"]["interconnect"] == "pcie"
+    # The sandbox serves the real H200 traces: rank 0 is host-bound and the straggler.
+    assert (summary["verdict"]["kind"], summary["verdict"]["rank"]) == ("host-bound", 0)
+    assert summary["collectives"]["straggler"]["rank"] == 0
+    assert f"> {host.backend.hostname}: host-bound on rank 0: decode step " in report
+    assert "| GPU interconnect (nvidia-smi topo -m) | pcie |" in report
     history = (artifacts / host.backend.hostname / "history.csv").read_text().splitlines()
     assert len(history) == 2 and campaign_dir.name in history[1]
     traces = sorted(campaign_dir.glob("*.pt.trace.json.gz"))
@@ -64,8 +73,11 @@ def test_campaign_end_to_end(host, campaign):
         trace = next(t for t in traces if f"rank{rank['rank']}." in t.name)
         share = allreduce_shares(trace)
         assert rank["categories"]["allreduce"]["share"] == pytest.approx(share, abs=1e-3)
-        # The report's per-rank row: | rank | device | steps | CUDA ms | wall ms | all-reduce ms | share | ...
-        row = next(line for line in report.splitlines() if line.startswith(f"| {rank['rank']} | "))
+        # The report's per-rank row of kernel-time sums: | rank | device | steps | CUDA ms | wall ms | all-reduce
+        # ms | share | ...
+        lines = report.splitlines()
+        table = next(i for i, line in enumerate(lines) if line.startswith("| rank | device | steps | CUDA ms/step"))
+        row = next(line for line in lines[table:] if line.startswith(f"| {rank['rank']} | "))
         shown = float(re.search(r"\| (\d+\.\d)% \|", row).group(1))
         assert shown == pytest.approx(100 * share, abs=0.1)
     # Nothing left on the host, the lock released, the normal service's workers on the GPUs.
