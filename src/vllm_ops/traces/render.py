@@ -27,6 +27,7 @@ def to_markdown(summary: Mapping) -> str:
     if measured:
         out.extend(_verdict(summary))
     out.extend(_decomposition(measured))
+    out.extend(_steady(summary, measured))
     out.extend(_collectives(summary))
     out.extend(_by_batch_size(measured))
     out.extend(_steps(measured))
@@ -156,6 +157,36 @@ def _decomposition(ranks: list) -> list[str]:
          [_pct(d.get("idle_host_share")) for _, d in rows])
     line("(steps averaged)", [str(d["steps"]) for _, d in rows])
     return [*out, ""]
+
+
+_STEADY_FIGURES = (("period_ms", "period"), ("busy_ms", "GPU busy"), ("idle_ms", "GPU idle in window"),
+                   ("allreduce_kernel_ms", "all-reduce kernel time (includes waiting)"),
+                   ("allreduce_transfer_ms", "all-reduce transfer"), ("allreduce_wait_ms", "all-reduce waiting"))
+
+
+def _steady(summary: Mapping, ranks: list) -> list[str]:
+    """The steady-state rule, the steps it left out, and what leaving them out changes."""
+    st = summary.get("steady_state") or {}
+    if not ranks or not st:
+        return []
+    out = ["## Steady state", "", f"Rule: {_cell(st.get('rule', ''))}.", ""]
+    left = st.get("left_out") or []
+    if left:
+        out += [f"- {'rank ' + str(x['rank']) + ' ' if 'rank' in x else ''}step {x['index']}: {_cell(x['reason'])}"
+                for x in left] + [""]
+    else:
+        out += ["No step was left out.", ""]
+    out += ["| figure, ms per decode step | " + " | ".join(f"rank {r.get('rank')}: every step, steady (median)"
+                                                          for r in ranks) + " |",
+            "| --- |" + " ---: |" * len(ranks)]
+    for key, label in _STEADY_FIGURES:
+        cells = []
+        for r in ranks:
+            every = ((r.get("step_stats") or {}).get(key) or {}).get("mean")
+            kept = (r.get("steady_stats") or {}).get(key) or {}
+            cells.append(f"{_num(every)}, {_num(kept.get('mean'))} ({_num(kept.get('median'))})")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return [*out, "", "Means over every decode step, then over the steady ones (their median in brackets).", ""]
 
 
 def _collectives(summary: Mapping) -> list[str]:

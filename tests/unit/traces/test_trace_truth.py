@@ -413,8 +413,8 @@ def test_the_done_when_of_the_issue(real, hand, collectives_by_hand):
     assert g["message_bytes"]["median"] == 14336
     n = 2
     busbw = [14336 / (t * 1e-6) / 1e9 * 2 * (n - 1) / n for t in transfer]
-    # the figure is the median over the calls (the docstring does not say which aggregate;
-    # 14336 B over the mean transfer would give 1.906 GB/s)
+    # the figure is the median over the calls, as collectives.py documents (14336 B over the
+    # mean transfer would give 1.906 GB/s)
     assert g["busbw_gbps"] == pytest.approx(statistics.median(busbw), abs=1e-3)
     assert g["busbw_gbps"] == pytest.approx(1.9, abs=0.05)
     # the transfer per decode step over ALL steps (skew-corrected): 0.474 ms
@@ -425,6 +425,34 @@ def test_the_done_when_of_the_issue(real, hand, collectives_by_hand):
     for r in RANKS:
         wait = sum(p[r][1] - min(p[0][1], p[1][1]) for p in pairs) / STEPS / 1000
         assert s["allreduce"]["wait_ms_per_step_by_rank"][str(r)] == pytest.approx(wait, abs=1e-4)
+
+
+def test_the_done_when_in_the_cli_markdown(collectives_by_hand, hand, capsys):
+    """What an engineer reads: `vllm-trace-summary DIR --decode-pattern ... --format markdown`."""
+    from vllm_ops.traces.cli import main
+
+    assert main([str(H200), "--decode-pattern", "^decode_step$", "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    pairs = collectives_by_hand
+    steady = [(a, b) for a, b in pairs if a[2] != 0]
+    with_period = [h for h in hand[0][1:] if h["period"] is not None]
+    idle_share = 1 - sum(h["busy"] for h in with_period) / sum(h["period"] for h in with_period)
+    last0 = sum(1 for a, b in steady if a[1] <= b[1]) / len(steady)
+    transfer = [min(a[1], b[1]) for a, b in steady]
+    busbw = statistics.median(14336 / (t * 1e-6) / 1e9 for t in transfer)
+    all_ar = sum(b[1] for _, b in pairs) / STEPS / 1000
+    steady_ar = statistics.fmean(sum(b[1] for _, b in steady if b[2] == k) / 1000 for k in range(1, STEPS))
+    assert "**host-bound on rank 0: decode step " in text
+    assert f"| gpu_idle_share | {round(idle_share, 4)} |" in text
+    shown = re.search(r"Straggler: rank 0, last to arrive at ([\d.]+)% of the collectives\.", text)
+    assert float(shown.group(1)) == pytest.approx(100 * last0, abs=0.051)  # one decimal of a rounded share
+    assert "- step 0: first profiled step" in text and "rank 1 lasts 289.77 ms" in text
+    # rank 1's all-reduce kernel time per step: every step, then the steady mean
+    row = next(line for line in text.splitlines() if line.startswith("| all-reduce kernel time (includes waiting) |"))
+    assert f"{all_ar:.3f}, {steady_ar:.3f} (" in row.split("|")[3]
+    # the collective table: bytes, transfer (median, p90) and bus bandwidth
+    coll = next(line for line in text.splitlines() if line.startswith("| 0 | 0, 1 | 61.0 | 14336 |"))
+    assert f"| {statistics.median(transfer):.3f}, " in coll and f"| {busbw:.3f} |" in coll
 
 
 # ------------------------------------------------------------------ f. the decomposition adds up
