@@ -28,7 +28,7 @@ def _require(name: str) -> None:
 
 
 def vllm_trace_summary(paths, decode_pattern=None, prefill_pattern=None, keep_going=False, top=10,
-                       categories=None, jobs=None, context=None):
+                       categories=None, jobs=None, context=None, allreduce_floor=None):
     """Trace files or directories (one file per rank) -> the summary dict."""
     name = "vllm_trace_summary"
     _require(name)
@@ -40,7 +40,8 @@ def vllm_trace_summary(paths, decode_pattern=None, prefill_pattern=None, keep_go
         raise AnsibleFilterError(f"{name}: keep_going must be a boolean, got {keep_going!r}")
     try:
         return summarize([str(p) for p in paths], decode_pattern=decode_pattern, prefill_pattern=prefill_pattern,
-                         keep_going=keep_going, top=top, categories=categories, jobs=jobs, context=context)
+                         keep_going=keep_going, top=top, categories=categories, jobs=jobs, context=context,
+                         allreduce_floor=allreduce_floor or None)
     except TraceInputError as exc:
         raise AnsibleFilterError(f"{name}: {exc}") from None
 

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what `nvidia-smi topo -m` printed on the host, so the advisor knows the interconnect")
     p.add_argument("--interconnect", choices=("nvlink", "pcie", "mixed"),
                    help="the interconnect between the GPUs, instead of --topology")
+    p.add_argument("--allreduce-floor", metavar="FILE",
+                   help="the host's all-reduce floor (allreduce_bench.py's JSON), set beside each collective's "
+                        "transfer and used by the verdict")
     p.add_argument("--list-categories", action="store_true", help="print the category table and exit")
     return p
 
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = summarize(
             args.paths, decode_pattern=args.decode_pattern, prefill_pattern=args.prefill_pattern,
             keep_going=args.keep_going, top=args.top, categories=args.category or None, jobs=args.jobs,
-            parser=args.parser, context=context,
+            parser=args.parser, context=context, allreduce_floor=args.allreduce_floor,
         )
     except TraceInputError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -195,16 +195,27 @@ def _collectives(summary: Mapping) -> list[str]:
     if not groups:
         return []
     out = ["## All-reduce across ranks (steady steps)", "",
-           "| group | ranks | calls/step | bytes (median) | transfer µs (median, p90) | bus GB/s "
-           "| skew µs (median, p90) | last arriver |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+           "| group | ranks | calls/step | bytes (median) | transfer µs (median, p90) | floor µs (transfer / floor) "
+           "| bus GB/s | skew µs (median, p90) | last arriver |",
+           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for g in groups:
         t, sk, b = g.get("transfer_us") or {}, g.get("skew_us") or {}, g.get("message_bytes") or {}
         last = max((g.get("last_arriver_share") or {}).items(), key=lambda kv: kv[1], default=(None, None))
         out.append(f"| {_cell(g.get('group') or '(unnamed)')} | {', '.join(str(x) for x in g.get('ranks', []))} "
                    f"| {_num(g.get('calls_per_step'), 1)} | {_num(b.get('median'), 0)} "
-                   f"| {_num(t.get('median'))}, {_num(t.get('p90'))} | {_num(g.get('busbw_gbps'))} "
+                   f"| {_num(t.get('median'))}, {_num(t.get('p90'))} | {_floor_cell(g)} | {_num(g.get('busbw_gbps'))} "
                    f"| {_num(sk.get('median'), 1)}, {_num(sk.get('p90'), 1)} "
                    f"| rank {last[0]} ({_pct(last[1])}) |")
+    fl = summary.get("allreduce_floor")
+    if fl:
+        out += ["", f"Floor: `{_cell(fl.get('source'))}`, measured with {fl.get('world_size')} ranks "
+                    f"({_cell(fl.get('backend') or '-')}, NCCL {_cell(fl.get('nccl_version') or '-')}, "
+                    f"{_cell(fl.get('gpu_name') or '-')}; {_cell(fl.get('timing') or '-')})."]
+        notes = sorted({g["floor_note"] for g in groups if g.get("floor_note")})
+        out += [f"Not used: {_cell(n)}." for n in notes]
+    else:
+        out += ["", "No all-reduce floor given: measure one with playbooks/allreduce_bench.yml (or "
+                    "allreduce_bench.py on the host) and pass it with --allreduce-floor."]
     st = coll.get("straggler")
     if st:
         out += ["", (f"Straggler: rank {st['rank']}, last to arrive at {_pct(st['last_arrival_share'])} of the "
@@ -231,6 +242,13 @@ def _by_batch_size(ranks: list) -> list[str]:
                        f"| {_num(g.get('busy_ms'))} | {_num(g.get('idle_ms'))} "
                        f"| {_num(g.get('allreduce_transfer_ms'))} | {_num(g.get('allreduce_wait_ms'))} |")
     return [*out, ""]
+
+
+def _floor_cell(g: Mapping) -> str:
+    if g.get("floor_us") is None:
+        return "-"
+    ratio = f" ({g['floor_ratio']:.2f}x)" if g.get("floor_ratio") is not None else ""
+    return f"{_num(g['floor_us'])}{ratio}"
 
 
 def _steps(ranks: list) -> list[str]:

@@ -40,7 +40,7 @@ from statistics import fmean
 
 import numpy as np
 
-from . import collectives, steady, timeline, verdict
+from . import collectives, floor, steady, timeline, verdict
 from .annotations import DECODE, MIXED, PREFILL, StepMatcher
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
 from .errors import TraceInputError
@@ -65,14 +65,16 @@ STEP_FIGURES = ("period_ms", "window_ms", "busy_ms", "idle_ms", "idle_host_ms", 
 def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
               prefill_pattern: str | None = None, keep_going: bool = False, top: int = 10,
               categories: object = None, jobs: int | None = None, parser: str = "auto",
-              context: Mapping | None = None) -> dict:
+              context: Mapping | None = None, allreduce_floor: object = None) -> dict:
     """Summarize the traces of one run (one file per rank; directories are expanded).
 
     ``decode_pattern`` / ``prefill_pattern`` override the annotation families for that phase
     (:class:`.annotations.StepMatcher`). ``categories`` adds classification rules ahead of the
     built-in table (:func:`.categories.parse_rules`). ``context`` tells the advisor about the
     hardware: ``interconnect`` (``nvlink``/``pcie``), ``gpu``, ``tensor_parallel_size``,
-    ``cuda_graphs``; what it lacks comes from the traces where they say it. ``jobs`` bounds the
+    ``cuda_graphs``; what it lacks comes from the traces where they say it. ``allreduce_floor`` is
+    the host's measured all-reduce floor (:mod:`.floor`: a path to allreduce_bench's JSON, or
+    the dict), set beside each collective's transfer. ``jobs`` bounds the
     worker processes (default: one per file, at most one per CPU). Raises
     :class:`TraceInputError` with a one-line message on bad input; with ``keep_going`` a bad
     file only adds a warning, unless every file is bad.
@@ -84,6 +86,7 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
             _compile(what, pattern)
     if context is not None and not isinstance(context, Mapping):
         raise TraceInputError(f"context must be a mapping, got {type(context).__name__}")
+    measured_floor = floor.load_floor(allreduce_floor) if allreduce_floor is not None else None
     rules = parse_rules(categories)
     Classifier(rules)  # validate the user's regexes here, once, with a clean message
     files = find_trace_files(paths)
@@ -106,7 +109,7 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
     if not ranks:
         raise TraceInputError(f"{errors[0]} (no readable trace left)")
     warnings.extend(f"skipped {e}" for e in errors)
-    return _combine(ranks, decode_pattern, prefill_pattern, dict(context or {}), warnings)
+    return _combine(ranks, decode_pattern, prefill_pattern, dict(context or {}), warnings, measured_floor)
 
 
 def _compile(what: str, pattern: str) -> re.Pattern:
@@ -209,7 +212,7 @@ def _device_name(data: TraceData) -> str | None:
 # --------------------------------------------------------------------------- across ranks
 
 def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str | None, context: dict,
-             warnings: list[str]) -> dict:
+             warnings: list[str], measured_floor: dict | None = None) -> dict:
     _assign_ranks(ranks, warnings)
     ranks.sort(key=lambda r: r["rank"])
     world = max((r["world_size"] for r in ranks if r["world_size"]), default=None)
@@ -263,6 +266,12 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         steady_idx = {s["index"] for s in measured[0]["decode"] if s["index"] not in left}
     coll = collectives.match(calls, groups, steady_idx, warnings)
     per_step = coll.pop("per_step")
+    floor.annotate(coll["groups"], measured_floor)
+    if measured_floor is not None:
+        for g in coll["groups"]:
+            if g["floor_note"]:
+                warnings.append(f"all-reduce floor {measured_floor['source']}: not used for group "
+                                f"{g['group'] or '(unnamed)'}: {g['floor_note']}.")
     entries = []
     for r in ranks:
         entries.append(_rank_entry(r, left_by_rank.get(r["rank"], {}), per_step.get(r["rank"], {})))
@@ -291,7 +300,8 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     elif any(r["graph_launches_without_activity"] for r in measured):
         missing = ("CUDA graph launches without recorded kernels: the trace misses the kernels replayed from "
                    "graphs, so busy time is undercounted")
-    v = verdict.judge(decomp, coll.get("straggler"), ctx, missing)
+    ratios = [g["floor_ratio"] for g in sorted(coll["groups"], key=lambda g: -g["calls"]) if g["floor_ratio"]]
+    v = verdict.judge(decomp, coll.get("straggler"), ctx, missing, floor_ratio=ratios[0] if ratios else None)
     allreduce = _allreduce_legacy(entries, coll, warnings)
     prefill = [_legacy_phase(r, e, PREFILL) for r, e in zip(ranks, entries, strict=True)
                if any(s["phase"] == PREFILL for s in r["set"]["steps"])]
@@ -313,6 +323,9 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         "ranks": entries,
         "steady_state": steady_state,
         "collectives": coll,
+        "allreduce_floor": None if measured_floor is None else {
+            k: measured_floor.get(k) for k in ("source", "world_size", "backend", "gpu_name", "nccl_version",
+                                               "torch_version", "environment", "timing", "started_at")},
         "verdict": v,
         "context": ctx,
         "allreduce": allreduce,

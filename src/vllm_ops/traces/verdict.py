@@ -18,6 +18,11 @@ mean steady period):
    :data:`COMM_MIN` of the period, on average over the ranks.
 5. ``compute-bound`` otherwise, on the category with the most busy time (``category``).
 
+Where the host's all-reduce floor was measured (:mod:`.floor`), the evidence carries
+``allreduce_floor_ratio`` (transfer over floor, the busiest group) and the advice for
+communication-bound says whether all-reduce runs at the floor (no setting will help: fewer or
+larger collectives, or fewer ranks) or above it (an NCCL sweep is worth it).
+
 The advisor's next experiments depend on the kind and on the hardware: the interconnect
 (``nvlink``, ``pcie`` or unknown; from ``nvidia-smi topo -m`` where the campaign recorded
 it), the GPU, the TP size and whether CUDA graphs ran (graph launches seen).
@@ -26,6 +31,8 @@ it), the GPU, the TP size and whether CUDA graphs ran (graph launches seen).
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+from .floor import ABOVE_FLOOR, AT_FLOOR
 
 MIN_STEADY_STEPS = 2
 HOST_IDLE_MIN = 0.30
@@ -37,7 +44,7 @@ THRESHOLDS = {"host_idle_min": HOST_IDLE_MIN, "wait_min": WAIT_MIN, "comm_min": 
 
 
 def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, context: Mapping,
-          missing: str | None = None) -> dict:
+          missing: str | None = None, floor_ratio: float | None = None) -> dict:
     """The verdict over the ranks' steady decompositions (``{rank: decomposition}``)."""
     base = {"kind": "inconclusive", "rank": None, "category": None, "evidence": {}, "thresholds": dict(THRESHOLDS),
             "reason": None, "next": []}
@@ -66,6 +73,7 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         "allreduce_transfer_ms": d["allreduce_transfer_ms"], "allreduce_transfer_share": _r(transfer[candidate]),
         "max_wait_rank": None, "max_wait_ms": None, "max_wait_share": None,
         "straggler": named, "straggler_last_share": straggler.get("last_arrival_share") if straggler else None,
+        "allreduce_floor_ratio": floor_ratio,
     }
     others = {r: w for r, w in wait.items() if r != candidate}
     if others:
@@ -110,7 +118,16 @@ def advise(verdict: Mapping, context: Mapping) -> list[str]:
         return [f"check rank {rank}'s GPU: clocks and throttling (nvidia-smi -q -d PERFORMANCE,CLOCK), its PCIe "
                 "link width and speed, and its position in the topology",
                 f"profile again to see whether rank {rank} is always the late one"]
+    ratio = (verdict.get("evidence") or {}).get("allreduce_floor_ratio")
+    if kind == "communication-bound" and ratio is not None and ratio <= AT_FLOOR:
+        return [f"all-reduce already runs at the host's measured floor ({ratio:.2f}x): no NCCL setting will help; "
+                "fewer or larger collectives (speculative decoding, more requests per step)",
+                "fewer ranks per instance (a smaller TP group, replicas for throughput)"]
     if kind == "communication-bound":
+        if ratio is not None and ratio >= ABOVE_FLOOR:
+            return [f"all-reduce runs {ratio:.1f}x above the host's measured floor: an NCCL sweep (NCCL_PROTO, "
+                    "NCCL_ALGO, NCCL_MAX_NCHANNELS) can close the gap; pre-screen it with allreduce_bench",
+                    "speculative decoding: fewer decode steps per output token"]
         if link == "nvlink":
             return ["keep vLLM's custom / FlashInfer all-reduce on (not --disable-custom-all-reduce) and compare "
                     "with NCCL symmetric memory", "speculative decoding: fewer decode steps per output token"]

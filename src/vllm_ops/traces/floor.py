@@ -1,0 +1,108 @@
+"""The all-reduce floor: what the host's GPUs take for one all-reduce at a given message size,
+measured by ``roles/allreduce_bench/files/allreduce_bench.py``, set beside a trace's transfer.
+
+A floor is that script's JSON (``tool: allreduce_bench``, ``schema: 1``): per message size
+(``bytes``) the median time per call, replayed from a CUDA graph with NCCL (the collective's own
+time, as the kernels of a trace show it). :func:`floor_at` gives the floor at any size: the
+measured median where the size was measured, else interpolated between the two nearest
+sizes on log-log axes (latency is flat, then linear, in size), never extrapolated.
+
+A floor applies to a collective only when it was measured with as many ranks as the
+collective's group has (the ring's steps depend on it) and moved data: a world size of 1
+does not (NCCL launches no kernel for an in-place all-reduce of one rank), so such a file is
+refused as a floor, with the reason.
+
+``floor_ratio`` of a collective group = its median transfer (min over ranks per call, steady
+calls) / the floor at its median message size. At or below :data:`AT_FLOOR` the all-reduce runs
+at what the hardware does at that size; from :data:`ABOVE_FLOOR` on, settings are worth a sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+from .errors import TraceInputError
+
+AT_FLOOR = 1.25
+ABOVE_FLOOR = 1.5
+
+
+def load_floor(source: str | Path | Mapping) -> dict:
+    """A floor from its JSON file (or the parsed dict), checked. Raises TraceInputError."""
+    if isinstance(source, Mapping):
+        data, where = dict(source), "allreduce floor"
+    else:
+        where = str(source)
+        try:
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise TraceInputError(f"{where}: cannot read the all-reduce floor: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise TraceInputError(f"{where}: the all-reduce floor is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("tool") != "allreduce_bench" or data.get("schema") != 1:
+        raise TraceInputError(f"{where}: not an all-reduce floor (expected allreduce_bench's JSON, schema 1)")
+    sizes = data.get("sizes")
+    if not isinstance(sizes, list) or not sizes:
+        raise TraceInputError(f"{where}: the all-reduce floor has no sizes")
+    for row in sizes:
+        if not (isinstance(row, dict) and isinstance(row.get("bytes"), int) and row["bytes"] > 0
+                and isinstance(row.get("median_us"), (int, float)) and row["median_us"] > 0):
+            raise TraceInputError(f"{where}: a floor size lacks a positive bytes or median_us: {row!r}")
+    world = data.get("world_size")
+    if not isinstance(world, int) or world < 1:
+        raise TraceInputError(f"{where}: the all-reduce floor has no world_size")
+    data["sizes"] = sorted(sizes, key=lambda r: r["bytes"])
+    data["source"] = where
+    return data
+
+
+def usable(floor: Mapping, group_size: int | None) -> str | None:
+    """Why ``floor`` does not apply to a group of ``group_size`` ranks, or None when it does."""
+    if floor["world_size"] < 2:
+        return ("measured with one rank, where NCCL moves no data (an in-place all-reduce of one rank launches "
+                "no kernel): a host's cost per call, not a floor")
+    if group_size is not None and floor["world_size"] != group_size:
+        return f"measured with {floor['world_size']} ranks, the group has {group_size}"
+    return None
+
+
+def floor_at(floor: Mapping, nbytes: float) -> tuple[float | None, str]:
+    """(floor in µs, how: ``measured`` or ``interpolated``), or (None, why) outside the sizes measured."""
+    sizes = floor["sizes"]
+    for row in sizes:
+        if row["bytes"] == nbytes:
+            return float(row["median_us"]), "measured"
+    if nbytes < sizes[0]["bytes"] or nbytes > sizes[-1]["bytes"]:
+        return None, (f"{int(nbytes)} bytes is outside the sizes measured "
+                      f"({sizes[0]['bytes']}-{sizes[-1]['bytes']})")
+    hi = next(i for i, row in enumerate(sizes) if row["bytes"] > nbytes)
+    a, b = sizes[hi - 1], sizes[hi]
+    t = (math.log(nbytes) - math.log(a["bytes"])) / (math.log(b["bytes"]) - math.log(a["bytes"]))
+    return math.exp(math.log(a["median_us"]) + t * (math.log(b["median_us"]) - math.log(a["median_us"]))), \
+        "interpolated"
+
+
+def annotate(groups: list[dict], floor: Mapping | None) -> None:
+    """Give each collective group of a summary its floor: ``floor_us``, ``floor_how``,
+    ``floor_ratio`` (transfer median / floor) and ``floor_note`` (why there is none)."""
+    for g in groups:
+        g.update(floor_us=None, floor_how=None, floor_ratio=None, floor_note=None)
+        if floor is None:
+            g["floor_note"] = "no floor given"
+            continue
+        why = usable(floor, g.get("size"))
+        nbytes = (g.get("message_bytes") or {}).get("median")
+        transfer = (g.get("transfer_us") or {}).get("median")
+        if why is None and nbytes is None:
+            why = "the trace does not record the message size"
+        if why is None:
+            us, how = floor_at(floor, nbytes)
+            if us is None:
+                why = how
+            else:
+                g.update(floor_us=round(us, 3), floor_how=how,
+                         floor_ratio=round(transfer / us, 3) if transfer else None)
+        g["floor_note"] = why
