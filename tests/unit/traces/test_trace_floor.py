@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -12,9 +13,7 @@ from vllm_ops.traces import TraceInputError, summarize, to_markdown
 from vllm_ops.traces.floor import floor_at, load_floor, usable
 from vllm_ops.traces.verdict import advise
 
-from conftest import SHARED_TRACES
-
-H200 = SHARED_TRACES / "h200_tp2_decode"
+H200 = Path(__file__).resolve().parents[2] / "data" / "traces" / "h200_tp2_decode"
 
 
 def _floor(world=2, sizes=((1024, 5.0), (16384, 8.0), (1048576, 40.0))):
