@@ -225,3 +225,47 @@ def write_steps_chart(summary: Mapping, path: str | os.PathLike, *, host: str | 
         raise
     return {"path": str(path), "ranks": [r.get("rank") for r in ranks], "steps": drawn, "left_out": left,
             "note": note}
+
+
+def write_floor_chart(floor: Mapping, path: str | os.PathLike) -> dict:
+    """Latency per call against message size (log-log), median with the p90 above it, the
+    decode sizes marked with their batch size. PNG, atomic write. Returns ``{path, sizes}``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure
+
+    sizes = floor["sizes"]
+    fig = Figure(figsize=(8.0, 5.0), dpi=110, layout="constrained")
+    ax = fig.add_subplot()
+    xs = [s["bytes"] for s in sizes]
+    ax.plot(xs, [s["median_us"] for s in sizes], marker="o", label="median", zorder=3)
+    if all(s.get("p90_us") is not None for s in sizes):
+        ax.plot(xs, [s["p90_us"] for s in sizes], linestyle="--", color="#8c8c8c", label="p90", zorder=2)
+    for s in sizes:
+        if s.get("batch_size") is not None:
+            ax.annotate(f"batch {s['batch_size']}", (s["bytes"], s["median_us"]), textcoords="offset points",
+                        xytext=(0, 8), ha="center", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size, bytes")
+    ax.set_ylabel("time per all-reduce, µs")
+    world = floor.get("world_size")
+    title = (f"All-reduce floor: {world} rank{'' if world == 1 else 's'}, {floor.get('backend')}, "
+             f"{floor.get('gpu_name') or 'no GPU'}")
+    if floor.get("world_size") == 1:
+        title += "\n(one rank moves no data: the host's cost per call, not a floor)"
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", metadata={"Software": None})
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return {"path": str(path), "sizes": len(sizes)}

@@ -6,11 +6,15 @@ The playbook runs it with ``ansible.builtin.command`` on the controller, since f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 
-from .chart import write_chart, write_steps_chart
+from ..traces.errors import TraceInputError
+from ..traces.floor import load_floor
+from ..traces.floor import to_markdown as floor_markdown
+from .chart import write_chart, write_floor_chart, write_steps_chart
 from .errors import CampaignInputError
 from .figures import check_summary, headline
 from .history import COLUMN_DOCS, append_history, history_row
@@ -42,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary as JSON")
     h.add_argument("meta", metavar="META_JSON", help="the report's campaign dict as JSON (id, host, report, ...)")
     h.add_argument("csv", metavar="CSV_PATH", help="the history file, e.g. artifacts/HOST/history.csv")
+    fl = sub.add_parser("floor", help="print an all-reduce floor (allreduce_bench.py's JSON) as Markdown")
+    fl.add_argument("floor", metavar="FLOOR_JSON", help="allreduce_bench.py's JSON")
+    fl.add_argument("--png", metavar="OUT_PNG", help="also draw latency against message size")
     hl = sub.add_parser("headline", help="print the one-line headline")
     hl.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary as JSON")
     hl.add_argument("--host", required=True, help="host named in the line")
@@ -72,6 +79,16 @@ def _summary(path: str) -> dict:
 
 def run(args: argparse.Namespace) -> str:
     """Do one command; return the line to print."""
+    if args.command == "floor":
+        try:
+            floor = load_floor(args.floor)
+        except TraceInputError as exc:
+            raise CampaignInputError(str(exc)) from None
+        text = floor_markdown(floor)
+        if args.png:
+            drawn = write_floor_chart(floor, args.png)
+            text += f"\nwrote {drawn['path']} ({drawn['sizes']} sizes)"
+        return text.rstrip("\n")
     summary = _summary(args.summary)
     if args.command == "chart":
         drawn = write_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id, title=args.title)
@@ -100,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # the output could not be written
         print(f"{PROG}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    print(line)
+    with contextlib.suppress(BrokenPipeError):  # stdout closed early (| head): not an error of ours
+        print(line)
     return 0
 
 

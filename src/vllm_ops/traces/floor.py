@@ -106,3 +106,30 @@ def annotate(groups: list[dict], floor: Mapping | None) -> None:
                 g.update(floor_us=round(us, 3), floor_how=how,
                          floor_ratio=round(transfer / us, 3) if transfer else None)
         g["floor_note"] = why
+
+
+def to_markdown(floor: Mapping) -> str:
+    """The floor as a Markdown table: per size the time per call and the bandwidths."""
+    rows = [f"## All-reduce floor: {_ranks(floor.get('world_size'))}, {floor.get('backend')}, "
+            f"{floor.get('gpu_name') or 'no GPU'}", "",
+            f"NCCL {floor.get('nccl_version') or '-'}, PyTorch {floor.get('torch_version') or '-'}; "
+            f"{floor.get('timing') or '-'}; environment: "
+            + (", ".join(f"`{k}={v}`" for k, v in sorted((floor.get("environment") or {}).items())) or "none") + ".",
+            ""]
+    if floor.get("note"):
+        rows += [f"**{floor['note']}.**", ""]
+    rows += ["| bytes | batch size | median µs | p90 µs | min µs | algbw GB/s | busbw GB/s |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for s in floor["sizes"]:
+        rows.append(f"| {s['bytes']} | {s.get('batch_size') if s.get('batch_size') is not None else '-'} "
+                    f"| {_num(s.get('median_us'))} | {_num(s.get('p90_us'))} | {_num(s.get('min_us'))} "
+                    f"| {_num(s.get('algbw_gbps'), '.4g')} | {_num(s.get('busbw_gbps'), '.4g')} |")
+    return "\n".join(rows) + "\n"
+
+
+def _num(v, fmt: str = ".3f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _ranks(n) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"

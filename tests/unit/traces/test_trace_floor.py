@@ -107,3 +107,28 @@ def test_the_advice_for_communication_bound_reads_the_floor():
     assert "2.4x above the host's measured floor" in above[0] and "NCCL sweep" in above[0]
     unknown = advise(dict(base, evidence={}), pcie8)
     assert "an NCCL sweep on PCIe" in unknown[0] and "TP 4 x 2 replicas" in unknown[1]
+
+
+GPU_RESULT = Path(__file__).resolve().parents[2] / "gpu" / "results" / "allreduce_h200_ws1_default.json"
+
+
+def test_the_floor_report_of_the_recorded_h200_run(tmp_path, capsys):
+    from vllm_ops.campaign.cli import main
+
+    raw = json.loads(GPU_RESULT.read_text())
+    assert main(["floor", str(GPU_RESULT), "--png", str(tmp_path / "floor.png")]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("## All-reduce floor: 1 rank, nccl, NVIDIA H200\n")
+    assert "**one rank: NCCL moves no data" in text  # said, not hidden
+    row = next(s for s in raw["sizes"] if s["bytes"] == 14336)
+    assert f"| 14336 | 1 | {row['median_us']:.3f} | {row['p90_us']:.3f} | {row['min_us']:.3f} |" in text
+    assert (tmp_path / "floor.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert text.rstrip().endswith(f"wrote {tmp_path / 'floor.png'} ({len(raw['sizes'])} sizes)")
+
+
+def test_the_floor_report_of_a_bad_file(tmp_path, capsys):
+    from vllm_ops.campaign.cli import main
+
+    (tmp_path / "f.json").write_text('{"tool": "other"}')
+    assert main(["floor", str(tmp_path / "f.json")]) == 2
+    assert "not an all-reduce floor" in capsys.readouterr().err
