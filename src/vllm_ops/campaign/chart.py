@@ -22,6 +22,21 @@ _PALETTE = ("#4c72b0", "#8da0cb", "#55a868", "#a6d854", "#c9b23c", "#8172b3", "#
             "#64b5cd", "#b0b0b0", "#da8bc3", "#606060", "#ccb974")
 
 
+def _save_png(fig, path: str | os.PathLike) -> Path:
+    """Write ``fig`` to ``path`` as PNG atomically (a temporary file beside it, then a rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", metadata={"Software": None})
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
 def chart_title(host: str | None = None, campaign_id: str | None = None) -> str:
     base = "Decode kernel time per step by category (all-reduce includes waiting)"
     where = ", ".join(p for p in (host, f"campaign {campaign_id}" if campaign_id else None) if p)
@@ -76,16 +91,7 @@ def write_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None =
     else:
         _draw(ax, ranks, cats)
     bars = len(ax.patches)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    path = _save_png(fig, path)
     return {"path": str(path), "bars": bars, "ranks": [r.get("rank") for r in ranks], "categories": cats,
             "note": note}
 
@@ -213,16 +219,7 @@ def write_steps_chart(summary: Mapping, path: str | os.PathLike, *, host: str | 
         handles = [Patch(facecolor=c, label=label) for label, c in STEP_PARTS]
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="left out of the steady state"))
         axes[0].legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    path = _save_png(fig, path)
     return {"path": str(path), "ranks": [r.get("rank") for r in ranks], "steps": drawn, "left_out": left,
             "note": note}
 
@@ -258,14 +255,5 @@ def write_floor_chart(floor: Mapping, path: str | os.PathLike) -> dict:
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    path = _save_png(fig, path)
     return {"path": str(path), "sizes": len(sizes)}

@@ -67,23 +67,22 @@ def _first_int(text: str) -> int:
     return int(digits.group(0)) if digits else 0
 
 
-def _vllm(m: re.Match) -> StepName:
-    n, m_ = int(m["n"]), int(m["m"])
-    total = m["total"]
-    tokens = int(total) if total else _first_int(m["ctok"]) + _first_int(m["gtok"])
-    return StepName("vllm", _phase(n, m_), n, m_, tokens)
-
-
 def _sq(text: str) -> int:
     hit = re.match(r"sq(\d+)", text)
     return int(hit.group(1)) if hit else 0
 
 
-def _vllm_detailed(m: re.Match) -> StepName:
-    n, m_ = int(m["n"]), int(m["m"])
-    total = m["total"]
-    tokens = int(total) if total else _sq(m["ctok"]) + _sq(m["gtok"])
-    return StepName("vllm_detailed", _phase(n, m_), n, m_, tokens)
+def _vllm_parser(family: str, group_tokens: Callable[[str], int]) -> Callable[[re.Match], StepName]:
+    """The parser of one vLLM form: request counts, and the scheduled tokens (T where the name
+    gives it, else the sum of the groups' token counts, read by ``group_tokens``)."""
+
+    def parse(m: re.Match) -> StepName:
+        n, m_ = int(m["n"]), int(m["m"])
+        total = m["total"]
+        tokens = int(total) if total else group_tokens(m["ctok"]) + group_tokens(m["gtok"])
+        return StepName(family, _phase(n, m_), n, m_, tokens)
+
+    return parse
 
 
 def _profiler_step(_m: re.Match) -> StepName:
@@ -97,10 +96,10 @@ _DETAILED = r"sq\d+sk\d+sqsq\d+sqsk\d+"
 FAMILIES: tuple[tuple[str, re.Pattern, Callable[[re.Match], StepName]], ...] = (
     ("vllm", re.compile(
         rf"^execute_(?:(?P<total>\d+)_)?context_(?P<n>\d+)\((?P<ctok>{_TOKENS})\)"
-        rf"_generation_(?P<m>\d+)\((?P<gtok>{_TOKENS})\)$"), _vllm),
+        rf"_generation_(?P<m>\d+)\((?P<gtok>{_TOKENS})\)$"), _vllm_parser("vllm", _first_int)),
     ("vllm_detailed", re.compile(
         rf"^execute_(?:(?P<total>\d+)_)?context_(?P<n>\d+)\((?P<ctok>{_DETAILED})\)"
-        rf"_generation_(?P<m>\d+)\((?P<gtok>{_DETAILED})\)$"), _vllm_detailed),
+        rf"_generation_(?P<m>\d+)\((?P<gtok>{_DETAILED})\)$"), _vllm_parser("vllm_detailed", _sq)),
     ("profiler_step", re.compile(r"^ProfilerStep#\d+$"), _profiler_step),
 )
 FALLBACK_FAMILY = "profiler_step"
