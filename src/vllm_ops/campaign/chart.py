@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..traces.summary import exposed_allreduce
 from .figures import check_summary, decode_figures, rank_measured
 
 ALLREDUCE = "allreduce"
@@ -154,10 +155,8 @@ def step_parts(step: Mapping) -> list[float] | None:
     busy = step.get("busy_ms_by_category")
     if busy is None or step.get("window_ms") is None:
         return None
-    exposed = busy.get(ALLREDUCE, 0.0)
     compute = sum(v for k, v in busy.items() if k != ALLREDUCE)
-    t, w = step.get("allreduce_transfer_ms") or 0.0, step.get("allreduce_wait_ms") or 0.0
-    transfer, wait = (exposed * t / (t + w), exposed * w / (t + w)) if t + w > 0 else (exposed, 0.0)
+    transfer, wait = exposed_allreduce(step)
     host = step["host_ms"] if step.get("host_ms") is not None else 0.0
     return [compute, transfer, wait, step.get("idle_ms") or 0.0, host]
 

@@ -387,6 +387,15 @@ def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[f
     return entry
 
 
+def exposed_allreduce(step: Mapping) -> tuple[float, float]:
+    """A step's exposed all-reduce time (busy time when only all-reduce ran) split into
+    (transfer, waiting) in proportion to its calls' transfer and waiting (ms); all of it is
+    transfer where nothing was matched across ranks."""
+    exposed = (step.get("busy_ms_by_category") or {}).get(ALLREDUCE, 0.0)
+    t, w = step.get("allreduce_transfer_ms") or 0.0, step.get("allreduce_wait_ms") or 0.0
+    return (exposed * t / (t + w), exposed * w / (t + w)) if t + w > 0 else (exposed, 0.0)
+
+
 def _decomposition(rows: list[dict]) -> dict | None:
     """The mean steady decode step, split so that the parts add up to its period (ms):
     compute busy by category, exposed all-reduce split into transfer and waiting in
@@ -402,14 +411,9 @@ def _decomposition(rows: list[dict]) -> dict | None:
         for cat, ms in s["busy_ms_by_category"].items():
             if cat != ALLREDUCE:
                 compute[cat] = compute.get(cat, 0.0) + ms
-        exposed = s["busy_ms_by_category"].get(ALLREDUCE, 0.0)
-        kernel = s["allreduce_kernel_ms"] or 0.0
-        t, w = s.get("allreduce_transfer_ms") or 0.0, s.get("allreduce_wait_ms") or 0.0
-        if kernel > 0 and t + w > 0:
-            transfer += exposed * t / (t + w)
-            wait += exposed * w / (t + w)
-        else:
-            transfer += exposed
+        t, w = exposed_allreduce(s)
+        transfer += t
+        wait += w
     idle_host = [s["idle_host_ms"] for s in rows if s.get("idle_host_ms") is not None]
     idle = sum(s["idle_ms"] for s in rows) / n
     out = {
@@ -612,14 +616,6 @@ def _ranges(nums: Iterable[int]) -> str:
         parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
         i = j + 1
     return ", ".join(parts)
-
-
-def _ms(us: float) -> float:
-    return round(us / 1000.0, 4)
-
-
-def _share(x: float) -> float:
-    return round(x, 4)
 
 
 __all__ = [
