@@ -251,10 +251,23 @@ def _floor_cell(g: Mapping) -> str:
     return f"{_num(g['floor_us'])}{ratio}"
 
 
+STEP_ROWS = 40  # per rank; a longer trace shows its first steps, every step left out, and its last
+
+
+def _shown_steps(steps: list) -> tuple[list, int]:
+    """The steps a rank's table shows, and how many it leaves for the JSON."""
+    if len(steps) <= STEP_ROWS:
+        return steps, 0
+    keep = {s["index"] for s in steps[:STEP_ROWS // 2]} | {s["index"] for s in steps[-5:]}
+    keep |= {s["index"] for s in steps if s.get("phase") == "decode" and not s.get("steady")}
+    shown = [s for s in steps if s["index"] in keep]
+    return shown, len(steps) - len(shown)
+
+
 def _steps(ranks: list) -> list[str]:
     out: list[str] = []
     for r in ranks:
-        steps = r.get("steps") or []
+        steps, hidden = _shown_steps(r.get("steps") or [])
         if not steps:
             continue
         if not out:
@@ -276,6 +289,10 @@ def _steps(ranks: list) -> list[str]:
                                          "allreduce_transfer_ms", "allreduce_wait_ms")
             ] + [str(s.get("graph_launches", 0)), kept]
             out.append("| " + " | ".join(cells) + " |")
+        if hidden:
+            out += ["", f"{hidden} more steps of rank {r.get('rank')} are in the JSON summary (`ranks[].steps`): "
+                        f"shown are the first {STEP_ROWS // 2}, every step left out of the steady state, and the "
+                        "last 5."]
         out.append("")
     return out
 

@@ -325,3 +325,20 @@ def test_nested_spans_an_activity_outside_the_inner_span_belongs_to_the_outer(wr
 def test_step_wall_is_still_the_step_span_duration(write_trace, ev):
     s = summarize([write_trace("r0.json.gz", _rank_events(ev, [10.0, 12.0]))])
     assert s["ranks"][0]["step_wall_ms_per_step"] == pytest.approx(0.1)
+
+
+def test_a_long_trace_shows_its_first_steps_its_outliers_and_its_last_in_markdown(write_trace, ev):
+    from vllm_ops.traces import to_markdown
+
+    # 60 decode steps 100 µs apart, one kernel each; step 30's kernel makes its window 5x the others
+    events = []
+    for k in range(60):
+        base = 1000.0 + 100.0 * k if k <= 30 else 1000.0 + 100.0 * k + 400.0
+        events += [ev.span(STEP, base, 90.0 if k != 30 else 490.0),
+                   ev.kernel(GEMM, base + 1.0, 80.0 if k != 30 else 480.0)]
+    s = summarize([write_trace("r0.json.gz", events)])
+    text = to_markdown(s)
+    rows = [int(line.split("|")[1]) for line in text.splitlines() if line.startswith("| ") and "| decode |" in line]
+    assert rows == [*range(20), 30, *range(55, 60)]  # the first 20, the outlier, the last 5
+    assert "34 more steps of rank 0 are in the JSON summary" in text
+    assert len(s["ranks"][0]["steps"]) == 60  # the JSON keeps every step
