@@ -137,12 +137,11 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int], 
         for j, r in enumerate(present):
             last_total[r] += int(np.sum(last_k == j))
             wait_total[r] += float(wait[j][keep].sum())
-    steady_steps = len(steady) if steady else None
     for r in ranks:
         out["by_rank"][str(r)] = {
             "last_arrival_share": round(last_total[r] / matched_total, 4) if matched_total else None,
             "wait_ms_total": _r(wait_total[r] / 1000.0, 4),
-            "wait_ms_per_step": _r(wait_total[r] / 1000.0 / steady_steps, 4) if steady_steps else None,
+            "wait_ms_per_step": None,  # the caller's, from its steady steps (the per_step sums are here)
         }
     if matched_total and len(ranks) > 1:
         top = max(ranks, key=lambda r: (last_total[r], -r))

@@ -173,7 +173,7 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
             continue
         rows = timeline.pick_steps(data, gpu, cpu, launch_ts)
         table = timeline.step_table(data, classifier, rows)
-        cats = [classifier.classify(n, c) for n, c in zip(data.names, data.name_cats, strict=True)]
+        cats = timeline.name_categories(data, classifier)
         per_phase = {}
         for phase in (DECODE, PREFILL, MIXED):
             idx = np.array([s["index"] for s in table if s["phase"] == phase], np.int64)
@@ -248,10 +248,12 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     measured = [r for r in ranks if _measured(r) and r["decode"]]
 
     # steady state, rule 3 across ranks with equal step counts
-    counts = {len(r["decode"]) for r in measured}
-    if measured and len(counts) == 1:
+    lockstep = bool(measured) and len({len(r["decode"]) for r in measured}) == 1
+    steady_idx = None
+    if lockstep:
         left = steady.group_left_out({r["rank"]: r["decode"] for r in measured})
         left_by_rank = {r["rank"]: left for r in ranks}
+        steady_idx = {s["index"] for s in measured[0]["decode"] if s["index"] not in left}
     else:
         left_by_rank = {r["rank"]: {i: "; ".join(w) for i, w in steady.left_out(r["decode"]).items()}
                         for r in measured}
@@ -261,9 +263,6 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     groups = {}
     for r in measured:
         groups.update(r["process_groups"])
-    steady_idx = None
-    if measured and len(counts) == 1:
-        steady_idx = {s["index"] for s in measured[0]["decode"] if s["index"] not in left}
     coll = collectives.match(calls, groups, steady_idx, warnings)
     per_step = coll.pop("per_step")
     floor.annotate(coll["groups"], measured_floor)

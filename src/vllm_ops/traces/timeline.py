@@ -71,6 +71,11 @@ class StepRows:
     launch_ts: np.ndarray  # per activity row: launch time on the host, nan where unknown
 
 
+def name_categories(data: TraceData, classifier: Classifier) -> list[str]:
+    """The category of each activity name id (``data.names``)."""
+    return [classifier.classify(name, cat) for name, cat in zip(data.names, data.name_cats, strict=True)]
+
+
 def launch_times(data: TraceData) -> np.ndarray:
     """The host launch time of each activity (nan where no launch call carries its
     correlation); of several calls with one correlation, the earliest (the runtime call
@@ -184,7 +189,7 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
     if not n:
         return []
     acts = data.acts
-    cats = [classifier.classify(nm, c) for nm, c in zip(data.names, data.name_cats, strict=True)]
+    cats = name_categories(data, classifier)
     order_cats = busy_priority(classifier)
     cat_index = {c: i for i, c in enumerate(order_cats)}
     name_cat = np.array([cat_index[c] for c in cats], np.int16) if cats else np.zeros(0, np.int16)
@@ -314,7 +319,7 @@ def _graph_launches(data: TraceData, rows: StepRows, n: int) -> np.ndarray:
 def allreduce_calls(data: TraceData, classifier: Classifier, rows: StepRows) -> dict[str, np.ndarray | list]:
     """Every all-reduce call inside a step, in start order: step index, start, duration,
     element count, dtype and process group (None where the trace does not say), name."""
-    cats = [classifier.classify(nm, c) for nm, c in zip(data.names, data.name_cats, strict=True)]
+    cats = name_categories(data, classifier)
     is_ar = np.array([c == ALLREDUCE for c in cats], bool) if cats else np.zeros(0, bool)
     acts = data.acts
     if not len(acts):
