@@ -22,6 +22,10 @@ def _wrap(name, func):
     return filter_
 
 
+def _variant_errors(variants, where="variants"):
+    return validate.variant_errors(where, variants)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -29,4 +33,5 @@ class FilterModule:
             "vllm_systemd_command": _wrap("vllm_systemd_command", systemd.exec_command),
             "vllm_systemd_env_quote": _wrap("vllm_systemd_env_quote", systemd.quote_env_value),
             "vllm_settings_errors": _wrap("vllm_settings_errors", validate.settings_errors),
+            "vllm_variant_errors": _wrap("vllm_variant_errors", _variant_errors),
         }

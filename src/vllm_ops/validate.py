@@ -7,11 +7,13 @@ so an operator can fix the inventory without reading the role.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Mapping
 
-__all__ = ["NCCL_ALGOS", "NCCL_PROTOS", "settings_errors"]
+__all__ = ["NCCL_ALGOS", "NCCL_PROTOS", "environment_errors", "settings_errors", "variant_errors"]
 
 NCCL_PROTOS = ("LL", "LL128", "Simple")
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
 
 
@@ -39,7 +41,7 @@ def _nccl_list(name: str, value: object, allowed: tuple[str, ...]) -> list[str]:
     bad = [item for item in names if item.lower() not in lowered]
     if not text or bad:
         return [
-            f"vllm_environment.{name} is {value!r}: allowed values are {', '.join(allowed)} "
+            f"{name} is {value!r}: allowed values are {', '.join(allowed)} "
             "(several joined by commas, optionally prefixed by ^ to exclude them)."
         ]
     return []
@@ -49,6 +51,60 @@ def _absolute(name: str, value: object) -> list[str]:
     if not isinstance(value, str) or not posixpath.isabs(value):
         return [f"{name} is {value!r}: it must be an absolute path."]
     return []
+
+
+def environment_errors(where: str, environment: object) -> list[str]:
+    """Problems of a server environment (``vllm_environment`` or a variant's): names, NCCL values,
+    secrets. ``where`` names it in each message."""
+    environment = environment or {}
+    if not isinstance(environment, Mapping):
+        return [f"{where} is {environment!r}: it must be a mapping of variable names to values."]
+    errors: list[str] = []
+    for key in environment:
+        if not str(key).replace("_", "A").isalnum() or str(key)[0].isdigit():
+            errors.append(f"{where} key {key!r} is not a valid environment variable name.")
+    if "NCCL_PROTO" in environment:
+        errors += _nccl_list(f"{where}.NCCL_PROTO", environment["NCCL_PROTO"], NCCL_PROTOS)
+    if "NCCL_ALGO" in environment:
+        errors += _nccl_list(f"{where}.NCCL_ALGO", environment["NCCL_ALGO"], NCCL_ALGOS)
+    if "NCCL_MAX_NCHANNELS" in environment:
+        errors += _positive_int(f"{where}.NCCL_MAX_NCHANNELS", environment["NCCL_MAX_NCHANNELS"], 64)
+    for secret in ("VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        if secret in environment:
+            errors.append(
+                f"{where} holds {secret}: set the secret through vllm_api_key or vllm_hf_token, "
+                "which keep it in a root-only file and out of logs."
+            )
+    return errors
+
+
+def variant_errors(where: str, variants: object) -> list[str]:
+    """Problems of a list of variants, each ``{name, environment}``: a name made of letters,
+    digits, ``.``, ``_`` and ``-`` (it names files), unique, and a valid environment."""
+    if not isinstance(variants, list):
+        return [f"{where} is {variants!r}: it must be a list of {{name, environment}} mappings."]
+    errors: list[str] = []
+    seen: set[str] = set()
+    for i, variant in enumerate(variants):
+        if not isinstance(variant, Mapping):
+            errors.append(f"{where}[{i}] is {variant!r}: it must be a mapping with name and environment.")
+            continue
+        name = variant.get("name")
+        label = f"{where}[{i}]"
+        if not isinstance(name, str) or not _VARIANT_NAME.fullmatch(name):
+            errors.append(f"{label}.name is {name!r}: use letters, digits, '.', '_' and '-' (it names files).")
+        elif name in seen:
+            errors.append(f"{label}.name {name!r} is used twice: each variant needs its own name.")
+        else:
+            seen.add(name)
+            label = f"{where}[{name}]"
+        unknown = sorted(set(variant) - {"name", "environment"})
+        if unknown:
+            errors.append(f"{label} has unknown keys {', '.join(unknown)}: a variant has name and environment.")
+        if not variant.get("environment"):
+            errors.append(f"{label}.environment is empty: a variant changes at least one variable.")
+        errors += environment_errors(f"{label}.environment", variant.get("environment"))
+    return errors
 
 
 def settings_errors(settings: Mapping[str, object]) -> list[str]:
@@ -76,25 +132,7 @@ def settings_errors(settings: Mapping[str, object]) -> list[str]:
             f"vllm_gpu_memory_utilization is {utilization!r}: allowed values are above 0 and at most 1."
         )
 
-    environment = settings.get("vllm_environment") or {}
-    if not isinstance(environment, Mapping):
-        errors.append(f"vllm_environment is {environment!r}: it must be a mapping of variable names to values.")
-        environment = {}
-    for key in environment:
-        if not str(key).replace("_", "A").isalnum() or str(key)[0].isdigit():
-            errors.append(f"vllm_environment key {key!r} is not a valid environment variable name.")
-    if "NCCL_PROTO" in environment:
-        errors += _nccl_list("NCCL_PROTO", environment["NCCL_PROTO"], NCCL_PROTOS)
-    if "NCCL_ALGO" in environment:
-        errors += _nccl_list("NCCL_ALGO", environment["NCCL_ALGO"], NCCL_ALGOS)
-    if "NCCL_MAX_NCHANNELS" in environment:
-        errors += _positive_int("vllm_environment.NCCL_MAX_NCHANNELS", environment["NCCL_MAX_NCHANNELS"], 64)
-    for secret in ("VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
-        if secret in environment:
-            errors.append(
-                f"vllm_environment holds {secret}: set the secret through vllm_api_key or vllm_hf_token, "
-                "which keep it in a root-only file and out of logs."
-            )
+    errors += environment_errors("vllm_environment", settings.get("vllm_environment"))
 
     profiler = settings.get("vllm_profiler_config") or {}
     if not isinstance(profiler, Mapping):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from vllm_ops.validate import settings_errors
+from vllm_ops.validate import settings_errors, variant_errors
 
 GOOD = {
     "vllm_model_path": "/models/Kimi-K2.5-INT4",
@@ -94,3 +94,34 @@ def test_profiler_config_must_not_set_the_fields_the_role_owns():
 def test_bad_environment_names():
     (error,) = settings_errors(with_(vllm_environment={"1BAD": "x"}))
     assert "1BAD" in error
+
+
+# --- Variants: {name, environment}, checked like vllm_environment ---
+
+
+def test_good_variants_pass():
+    assert variant_errors("v", [{"name": "LL128", "environment": {"NCCL_PROTO": "LL128"}},
+                                {"name": "ring.16-ch", "environment": {"NCCL_MAX_NCHANNELS": "16"}}]) == []
+
+
+@pytest.mark.parametrize("variants, expected", [
+    ("LL128", "v is 'LL128': it must be a list of {name, environment} mappings."),
+    (["LL128"], "v[0] is 'LL128': it must be a mapping with name and environment."),
+    ([{"name": "a b", "environment": {"NCCL_PROTO": "LL"}}],
+     "v[0].name is 'a b': use letters, digits, '.', '_' and '-' (it names files)."),
+    ([{"name": "x", "environment": {}}], "v[x].environment is empty: a variant changes at least one variable."),
+    ([{"name": "x", "environment": {"NCCL_PROTO": "LLX"}}],
+     "v[x].environment.NCCL_PROTO is 'LLX': allowed values are LL, LL128, Simple"),
+    ([{"name": "x", "environment": {"NCCL_MAX_NCHANNELS": 65}}],
+     "v[x].environment.NCCL_MAX_NCHANNELS is 65: allowed values are from 1 to 64."),
+    ([{"name": "x", "environment": {"HF_TOKEN": "t"}}], "v[x].environment holds HF_TOKEN"),
+    ([{"name": "x", "env": {"NCCL_PROTO": "LL"}}], "v[x] has unknown keys env: a variant has name and environment."),
+])
+def test_bad_variants_are_named(variants, expected):
+    errors = variant_errors("v", variants)
+    assert any(e.startswith(expected) for e in errors), errors
+
+
+def test_a_variant_name_used_twice_is_refused():
+    twice = [{"name": "LL", "environment": {"NCCL_PROTO": "LL"}}, {"name": "LL", "environment": {"NCCL_PROTO": "LL"}}]
+    assert variant_errors("v", twice) == ["v[1].name 'LL' is used twice: each variant needs its own name."]
