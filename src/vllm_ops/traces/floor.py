@@ -7,8 +7,9 @@ time, as the kernels of a trace show it). :func:`floor_at` gives the floor at an
 measured median where the size was measured, else interpolated between the two nearest
 sizes on log-log axes (latency is flat, then linear, in size), never extrapolated.
 
-A floor applies to a collective only when it was measured with as many ranks as the
-collective's group has (the ring's steps depend on it) and moved data: a world size of 1
+A floor applies to a collective only when it was measured with NCCL (a gloo run on the CPU
+proves the plumbing, not the GPUs' speed), with as many ranks as the collective's group has
+(the ring's steps depend on it), and moved data: a world size of 1
 does not (NCCL launches no kernel for an in-place all-reduce of one rank), so such a file is
 refused as a floor, with the reason.
 
@@ -61,6 +62,9 @@ def load_floor(source: str | Path | Mapping) -> dict:
 
 def usable(floor: Mapping, group_size: int | None) -> str | None:
     """Why ``floor`` does not apply to a group of ``group_size`` ranks, or None when it does."""
+    if floor.get("backend", "nccl") != "nccl":
+        return (f"measured with {floor.get('backend')} on the CPU, not NCCL on the GPUs: it proves the plumbing, "
+                "it is no floor for a GPU trace")
     if floor["world_size"] < 2:
         return ("measured with one rank, where NCCL moves no data (an in-place all-reduce of one rank launches "
                 "no kernel): a host's cost per call, not a floor")
@@ -116,6 +120,10 @@ def to_markdown(floor: Mapping) -> str:
             f"{floor.get('timing') or '-'}; environment: "
             + (", ".join(f"`{k}={v}`" for k, v in sorted((floor.get("environment") or {}).items())) or "none") + ".",
             ""]
+    if floor.get("started_at"):
+        run = f" (run `{floor['label']}`)" if floor.get("label") else ""
+        rows += [f"Measured at {floor['started_at']} as {floor.get('user') or '?'} in "
+                 f"{_num(floor.get('seconds'), '.1f')} s{run}.", ""]
     if floor.get("note"):
         rows += [f"**{floor['note']}.**", ""]
     rows += ["| bytes | batch size | median µs | p90 µs | min µs | algbw GB/s | busbw GB/s |",
@@ -125,6 +133,72 @@ def to_markdown(floor: Mapping) -> str:
                     f"| {_num(s.get('median_us'))} | {_num(s.get('p90_us'))} | {_num(s.get('min_us'))} "
                     f"| {_num(s.get('algbw_gbps'), '.4g')} | {_num(s.get('busbw_gbps'), '.4g')} |")
     return "\n".join(rows) + "\n"
+
+
+def headline(floors: list[Mapping], failed: Mapping[str, str] | None = None) -> str:
+    """One line: the first floor's median at each decode size (else its smallest size), then each
+    other floor's ratio to it at the smallest of those sizes, then how many runs failed."""
+    base = floors[0]
+    rows = [r for r in base["sizes"] if r.get("batch_size") is not None] or base["sizes"][:1]
+    parts = [f"batch {r['batch_size']} ({r['bytes']} B) {r['median_us']:.1f} µs" if r.get("batch_size") is not None
+             else f"{r['bytes']} B {r['median_us']:.1f} µs" for r in rows]
+    line = (f"all-reduce on {_ranks(base.get('world_size'))} ({base.get('backend')}, "
+            f"{base.get('gpu_name') or 'no GPU'}): " + ", ".join(parts))
+    if base.get("world_size") == 1:
+        line += " (one rank: the host's cost per call, not a floor)"
+    first = rows[0]
+    ratios = []
+    for i, other in enumerate(floors[1:], start=1):
+        match = next((r for r in other["sizes"] if r["bytes"] == first["bytes"]), None)
+        if match is not None:
+            ratio, inside = _versus(first, match)
+            ratios.append(f"{other.get('label') or f'run {i + 1}'} " + ("same" if inside else f"x{ratio:.2f}"))
+    if ratios:
+        line += f"; at {first['bytes']} B: " + ", ".join(ratios)
+    if failed:
+        line += f"; {len(failed)} failed ({', '.join(sorted(failed))})"
+    return line
+
+
+def compare_markdown(floors: list[Mapping], failed: Mapping[str, str] | None = None) -> str:
+    """Several floors measured on one host (the unit's environment first, then NCCL variants) side
+    by side: per size each one's median and its ratio to the first. A pre-screen, not a verdict:
+    the service's own transfer under a variant is what a profile of that variant measures."""
+    base = floors[0]
+    labels = [f.get("label") or f"run {i + 1}" for i, f in enumerate(floors)]
+    rows = [f"## All-reduce by variant: {_ranks(base.get('world_size'))}, {base.get('backend')}, "
+            f"{base.get('gpu_name') or 'no GPU'}", ""]
+    for label, f in zip(labels, floors, strict=True):
+        env = ", ".join(f"`{k}={v}`" for k, v in sorted((f.get("environment") or {}).items())) or "none"
+        rows.append(f"- **{label}**: environment {env}")
+    for name, why in sorted((failed or {}).items()):
+        rows.append(f"- **{name}**: failed: {why}")
+    rows += ["", f"Median µs per call; in brackets the ratio to **{labels[0]}** (below 1: faster), \"same\" where "
+             f"the median lies inside {labels[0]}'s own spread (its min to p90 over the loops).", "",
+             "| bytes | batch size | " + " | ".join(labels) + " |",
+             "| ---: | ---: | " + " | ".join("---:" for _ in labels) + " |"]
+    by_size = [{r["bytes"]: r for r in f["sizes"]} for f in floors]
+    for row in base["sizes"]:
+        cells = []
+        for i, sizes in enumerate(by_size):
+            other = sizes.get(row["bytes"])
+            if other is None:
+                cells.append("-")
+            elif i == 0:
+                cells.append(_num(other["median_us"]))
+            else:
+                ratio, inside = _versus(row, other)
+                cells.append(f"{_num(other['median_us'])} ({ratio:.2f}{', same' if inside else ''})")
+        batch = row.get("batch_size") if row.get("batch_size") is not None else "-"
+        rows.append(f"| {row['bytes']} | {batch} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def _versus(base: Mapping, other: Mapping) -> tuple[float, bool]:
+    """(other's median / base's, whether other's median lies inside base's min-to-p90 spread)."""
+    inside = base.get("min_us") is not None and base.get("p90_us") is not None \
+        and base["min_us"] <= other["median_us"] <= base["p90_us"]
+    return other["median_us"] / base["median_us"], inside
 
 
 def _num(v, fmt: str = ".3f") -> str:

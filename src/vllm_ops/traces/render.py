@@ -210,12 +210,15 @@ def _collectives(summary: Mapping) -> list[str]:
     if fl:
         out += ["", f"Floor: `{_cell(fl.get('source'))}`, measured with {fl.get('world_size')} ranks "
                     f"({_cell(fl.get('backend') or '-')}, NCCL {_cell(fl.get('nccl_version') or '-')}, "
-                    f"{_cell(fl.get('gpu_name') or '-')}; {_cell(fl.get('timing') or '-')})."]
+                    f"{_cell(fl.get('gpu_name') or '-')}; {_cell(fl.get('timing') or '-')}; environment "
+                    + (", ".join(f"`{_cell(f'{k}={v}')}`" for k, v in sorted((fl.get("environment") or {}).items()))
+                       or "none") + "): it holds for the service only under the same settings."]
         notes = sorted({g["floor_note"] for g in groups if g.get("floor_note")})
         out += [f"Not used: {_cell(n)}." for n in notes]
     else:
-        out += ["", "No all-reduce floor given: measure one with playbooks/allreduce_bench.yml (or "
-                    "allreduce_bench.py on the host) and pass it with --allreduce-floor."]
+        out += ["", "No all-reduce floor given: measure one with playbooks/allreduce_bench.yml (a later campaign "
+                    "on the host uses the newest), or run allreduce_bench.py on the host and pass it with "
+                    "--allreduce-floor."]
     st = coll.get("straggler")
     if st:
         out += ["", (f"Straggler: rank {st['rank']}, last to arrive at {_pct(st['last_arrival_share'])} of the "

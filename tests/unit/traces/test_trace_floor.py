@@ -132,3 +132,47 @@ def test_the_floor_report_of_a_bad_file(tmp_path, capsys):
     (tmp_path / "f.json").write_text('{"tool": "other"}')
     assert main(["floor", str(tmp_path / "f.json")]) == 2
     assert "not an all-reduce floor" in capsys.readouterr().err
+
+
+def test_a_gloo_floor_is_never_a_floor_for_a_gpu_trace():
+    assert "measured with gloo on the CPU, not NCCL" in usable(load_floor(dict(_floor(), backend="gloo")), 2)
+
+
+def _run(label, rows, env=None):
+    """A floor as allreduce_bench.py writes it; rows are (bytes, batch, median, min, p90)."""
+    return dict(_floor(), label=label, environment=env or {},
+                sizes=[{"bytes": b, "batch_size": bs, "median_us": m, "min_us": lo, "p90_us": hi}
+                       for b, bs, m, lo, hi in rows])
+
+
+def test_variants_side_by_side_with_their_ratio_and_the_noise_band(tmp_path, capsys):
+    from vllm_ops.campaign.cli import main
+
+    unit = _run("unit", [(14336, 1, 20.0, 18.0, 23.0), (1048576, None, 40.0, 39.0, 41.0)], {"NCCL_PROTO": "LL"})
+    ll128 = _run("LL128", [(14336, 1, 22.0, 21.0, 24.0), (1048576, None, 30.0, 29.0, 31.0)],
+                 {"NCCL_PROTO": "LL128"})
+    paths = []
+    for run in (unit, ll128):
+        paths.append(tmp_path / f"allreduce-{run['label']}.json")
+        paths[-1].write_text(json.dumps(run))
+    md, png = tmp_path / "allreduce.md", tmp_path / "allreduce.png"
+    assert main(["floor", *map(str, paths), "--markdown", str(md), "--png", str(png),
+                 "--failed", "Simple=allreduce_bench: measurement failed: rank 1 died"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    # 22 µs lies inside unit's 18-23 µs spread at 14336 B: "same", never a ratio read as a change
+    assert first == ("all-reduce on 2 ranks (nccl, NVIDIA H200): batch 1 (14336 B) 20.0 µs; at 14336 B: LL128 same; "
+                     "1 failed (Simple)")
+    text = md.read_text()
+    assert "| 14336 | 1 | 20.000 | 22.000 (1.10, same) |" in text
+    assert f"| 1048576 | - | 40.000 | 30.000 ({30 / 40:.2f}) |" in text  # outside 39-41: a difference
+    assert "- **Simple**: failed: allreduce_bench: measurement failed: rank 1 died" in text
+    assert "- **LL128**: environment `NCCL_PROTO=LL128`" in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_bad_failed_argument_is_refused(tmp_path, capsys):
+    from vllm_ops.campaign.cli import main
+
+    (tmp_path / "u.json").write_text(json.dumps(_run("unit", [(14336, 1, 20.0, 18.0, 23.0)])))
+    assert main(["floor", str(tmp_path / "u.json"), "--failed", "no-equals-sign"]) == 2
+    assert "--failed 'no-equals-sign': expected NAME=WHY" in capsys.readouterr().err
