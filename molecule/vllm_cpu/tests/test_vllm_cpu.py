@@ -152,3 +152,37 @@ def test_gpu_release_frees_a_real_server_left_outside_systemd(host, play):
     assert run.rc == 0, run.output[-3000:]
     assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
     assert http(host, "GET", "/health")[0] == 200
+
+
+def test_the_allreduce_bench_measures_as_the_service_and_restores_it(host, play, tmp_path, healthy_after):
+    # Two gloo ranks on the CPU with the venv's PyTorch: the plumbing of the GPU run, end to end.
+    before = main_pid(host)
+    artifacts = tmp_path / "artifacts"
+    run = play("playbooks/allreduce_bench.yml", "-e", json.dumps({
+        "allreduce_bench_artifacts_dir": str(artifacts), "allreduce_bench_world_size": 2,
+        "allreduce_bench_variants": [{"name": "LL128", "environment": {"NCCL_PROTO": "LL128"}}]}))
+    assert run.rc == 0, run.output[-4000:]
+    (job,) = (artifacts / host.backend.hostname).iterdir()
+    unit, ll128 = (json.loads((job / "allreduce" / f"allreduce-{n}.json").read_text()) for n in ("unit", "LL128"))
+    # The unit's EnvironmentFile, read here from the host, is what the ranks saw; the variant's
+    # value was laid over it.
+    env_file = host.file(f"/etc/vllm/{UNIT}.env").content_string
+    nccl = dict(line.split("=", 1) for line in env_file.splitlines() if line.startswith("NCCL_"))
+    assert nccl and unit["environment"] == {k: v.strip('"') for k, v in nccl.items()}
+    assert ll128["environment"] == dict(unit["environment"], NCCL_PROTO="LL128")
+    assert unit["user"] == ll128["user"] == "vllm"
+    assert unit["python"] == f"{VENV}/bin/python"
+    assert (unit["backend"], unit["world_size"]) == ("gloo", 2)
+    # The decode sizes come from the model's config.json, read here from the host.
+    config = json.loads(host.file(f"{MODEL}/config.json").content_string)
+    width = {"float32": 4, "bfloat16": 2, "float16": 2}[config.get("torch_dtype") or config.get("dtype")]
+    sizes = {s["bytes"]: s["batch_size"] for s in unit["sizes"]}
+    assert sizes[config["hidden_size"] * width] == 1 and sizes[config["hidden_size"] * 8 * width] == 8
+    assert "- **LL128**: environment" in (job / "allreduce" / "allreduce.md").read_text()
+    assert (job / "allreduce" / "allreduce.png").read_bytes()[:4] == b"\x89PNG"
+    headline = run.result("Print the headline")["msg"]
+    assert re.match(r"vllm-mol-cpu: all-reduce on 2 ranks \(gloo, no GPU\): batch 1 \(\d+ B\) [\d.]+ µs", headline)
+    # The service was stopped for the measurement and is back; nothing is left on the host.
+    assert main_pid(host) != before
+    assert not host.file("/run/vllm-ops/allreduce-bench").exists
+    assert not host.file("/run/vllm-ops/campaign.lock").exists
