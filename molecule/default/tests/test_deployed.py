@@ -1,6 +1,7 @@
 """What an operator sees on a host after playbooks/deploy.yml."""
 
 import json
+import re
 
 import pytest
 
@@ -71,6 +72,24 @@ def test_unit_properties(host):
     # One EnvironmentFiles= line per file (a dict keeps only the last).
     env_files = host.check_output(f"systemctl show {UNIT} -p EnvironmentFiles")
     assert ENV_FILE + " " in env_files and SECRETS_FILE + " " in env_files
+
+
+def test_systemd_analyze_security_scores_the_unit_3_or_lower(host):
+    # The figure an auditor reads; 4.5 before the hardening of the unit.
+    out = host.check_output(f"systemd-analyze security --no-pager {UNIT}.service")
+    (score,) = re.findall(r"Overall exposure level for \S+: (\d+\.\d+)", out)
+    assert float(score) <= 3.0, out
+
+
+def test_the_hardening_is_in_force(host):
+    props = host.service(f"{UNIT}.service").systemd_properties
+    for key, value in {"PrivateTmp": "yes", "RemoveIPC": "yes", "ProtectKernelTunables": "yes",
+                       "ProtectKernelLogs": "yes", "ProtectHostname": "yes", "ProtectProc": "invisible",
+                       "SystemCallErrorNumber": "1"}.items():
+        assert props[key] == value, key
+    assert sorted(props["RestrictAddressFamilies"].split()) == ["AF_INET", "AF_INET6", "AF_NETLINK", "AF_UNIX"]
+    # The GPU-only part stays off until it is verified on a GPU host.
+    assert props["DevicePolicy"] == "auto" and props["ProtectClock"] == "no"
 
 
 def test_service_is_active_and_enabled(host):
