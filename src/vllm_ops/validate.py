@@ -25,6 +25,11 @@ def _is_int(value: object) -> bool:
     return isinstance(value, str) and value.strip().isdigit()
 
 
+def _truthy(value: object) -> bool:
+    """A boolean as Ansible passes it: a bool, or its text form."""
+    return value is True or str(value).strip().lower() in ("true", "yes", "on", "1")
+
+
 def _positive_int(name: str, value: object, upper: int | None = None) -> list[str]:
     if not _is_int(value) or int(value) < 1 or (upper is not None and int(value) > upper):
         bound = f"from 1 to {upper}" if upper else "a positive integer"
@@ -133,6 +138,18 @@ def settings_errors(settings: Mapping[str, object]) -> list[str]:
         )
 
     errors += environment_errors("vllm_environment", settings.get("vllm_environment"))
+
+    extra = settings.get("vllm_extra_args") or []
+    if not isinstance(extra, list):
+        errors.append(f"vllm_extra_args is {extra!r}: it must be a list of arguments.")
+        extra = []
+    if any(str(a) == "--profiler-config" or str(a).startswith(("--profiler-config=", "--profiler-config."))
+           for a in extra):
+        errors.append("vllm_extra_args sets --profiler-config, which the role sets itself (vllm_profiling_enabled, "
+                      "vllm_profiler_armed, vllm_profiler_config): remove it.")
+    if _truthy(settings.get("vllm_profiler_armed")):
+        errors += _positive_int("vllm_profiler_armed_max_iterations",
+                                settings.get("vllm_profiler_armed_max_iterations"))
 
     profiler = settings.get("vllm_profiler_config") or {}
     if not isinstance(profiler, Mapping):

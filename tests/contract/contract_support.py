@@ -19,6 +19,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin"))
 
 from standin_support import (  # noqa: F401 - re-exported to the contract tests
+    FENCE_DIR,
     NOT_ANSWERED,
     ROOT,
     VLLM,
@@ -28,6 +29,8 @@ from standin_support import (  # noqa: F401 - re-exported to the contract tests
     children,
     cmdline,
     comm,
+    own_address,
+    request_from,
     wait_for,
 )
 

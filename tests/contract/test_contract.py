@@ -15,7 +15,19 @@ import re
 import signal
 import time
 
-from contract_support import MAX_MODEL_LEN, NOT_ANSWERED, SHARDS, WAIT_S, alive, cmdline, comm, wait_for
+from contract_support import (
+    FENCE_DIR,
+    MAX_MODEL_LEN,
+    NOT_ANSWERED,
+    SHARDS,
+    WAIT_S,
+    alive,
+    cmdline,
+    comm,
+    own_address,
+    request_from,
+    wait_for,
+)
 
 VERSION = "0.32.0"
 PROMPT = "the gpu rank"
@@ -293,3 +305,30 @@ def test_profiler_endpoints_traces_and_sigterm(server, tmp_path):
     wait_for(lambda: not any(alive(pid) for pid in tree), timeout=WAIT_S,
              what=f"{srv.name}'s processes {tree} to be gone")
     assert "INFO:     Application shutdown complete." in srv.log()
+
+
+def test_the_loopback_fence_runs_before_everything_else(server, tmp_path):
+    # --middleware with the project's fence, as the armed unit runs it: the profiler answers 403
+    # to a client that is not on loopback, before the API key is even read; the rest passes.
+    secret = "sk-contract-fence"
+    server.env = {**server.env, "PYTHONPATH": str(FENCE_DIR), "VLLM_API_KEY": secret}
+    srv = server.start("--host", "0.0.0.0", "--middleware", "vllm_ops_fence.LoopbackFence",
+                       "--profiler-config", json.dumps({
+                           "profiler": "torch", "torch_profiler_dir": str(tmp_path / "traces"),
+                           "torch_profiler_with_stack": False, "ignore_frontend": True}))
+    assert_ready(srv)
+    outside = own_address()
+    auth = {"Authorization": f"Bearer {secret}"}
+    for path in ("/start_profile", "/stop_profile"):
+        for headers in (auth, {}):
+            status, body = request_from(outside, srv.port, "POST", path, headers=headers)
+            assert status == 403, (path, body, srv.tail())
+            assert set(json.loads(body)["error"]) == ERROR_KEYS
+    assert request_from(outside, srv.port, "GET", "/v1/models")[0] == 401
+    assert request_from(outside, srv.port, "GET", "/health")[0] == 200
+    status, body = request_from(outside, srv.port, "POST", "/v1/completions", headers=auth, body={
+        "model": str(srv.model), "prompt": PROMPT, "max_tokens": 3, "stream": True})
+    assert status == 200 and body.decode().rstrip().endswith("data: [DONE]"), body
+    assert srv.post("/start_profile", headers=auth).status_code == 200
+    assert srv.post("/stop_profile", headers=auth, timeout=WAIT_S).status_code == 200
+    assert re.search(rf'{re.escape(outside)}:\d+ - "POST /start_profile HTTP/1.1" 403', srv.log()), srv.tail()

@@ -7,6 +7,8 @@ API server, its EngineCore and workers) by process-group id.
 """
 
 import contextlib
+import http.client
+import json
 import os
 import re
 import signal
@@ -197,3 +199,28 @@ class Server:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # our own session only
         self.proc.wait(timeout=WAIT_S)
+
+
+# The project's loopback fence (roles/vllm/files), for servers started with --middleware.
+FENCE_DIR = Path(__file__).resolve().parents[2] / "roles" / "vllm" / "files"
+
+
+def own_address() -> str:
+    """This machine's address on its default route (no packet is sent): a non-loopback client."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))
+        address = probe.getsockname()[0]
+    assert not address.startswith("127."), address
+    return address
+
+
+def request_from(address, port, method, path, body=None, headers=None):
+    """(status, body) of a request whose client address is ``address``."""
+    conn = http.client.HTTPConnection(address, port, timeout=10, source_address=(address, 0))
+    try:
+        payload = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=payload, headers={"content-type": "application/json", **(headers or {})})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()

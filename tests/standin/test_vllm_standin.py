@@ -13,7 +13,18 @@ import time
 import pytest
 import requests
 
-from standin_support import VLLM, WAIT_S, alive, cmdline, comm, fd_targets, wait_for
+from standin_support import (
+    FENCE_DIR,
+    VLLM,
+    WAIT_S,
+    alive,
+    cmdline,
+    comm,
+    fd_targets,
+    own_address,
+    request_from,
+    wait_for,
+)
 
 CLAIM_MIB = int(0.95 * 143771)
 PROGRESS = re.compile(
@@ -567,3 +578,35 @@ def test_unwritable_trace_dir_still_answers_200_with_a_warning(server, sandbox):
     assert server.post("/start_profile").status_code == 200
     assert server.post("/stop_profile").status_code == 200
     assert "Failed to stop profiler: Can't create directory" in server.log()
+
+
+# --- --middleware: the project's loopback fence, run as vLLM runs it (before the API key) ---
+
+def test_the_fence_refuses_the_profiler_to_other_clients_and_passes_the_rest(server, tmp_path):
+    secret = "sk-fence-test"
+    server.start("--host", "0.0.0.0", "--served-model-name", "kimi", "--middleware", "vllm_ops_fence.LoopbackFence",
+                 *torch_profiler(tmp_path / "traces"),
+                 env={"PYTHONPATH": str(FENCE_DIR), "VLLM_API_KEY": secret})
+    server.wait_ready()
+    outside = own_address()
+    auth = {"Authorization": f"Bearer {secret}"}
+    for path in ("/start_profile", "/stop_profile"):
+        status, body = request_from(outside, server.port, "POST", path, headers=auth)
+        assert status == 403 and json.loads(body)["error"]["code"] == 403, (path, body)
+    # The fence runs before the API key: no key needed to be refused, none given to pass.
+    assert request_from(outside, server.port, "POST", "/start_profile")[0] == 403
+    assert request_from(outside, server.port, "GET", "/v1/models")[0] == 401
+    assert request_from(outside, server.port, "GET", "/health")[0] == 200
+    status, body = request_from(outside, server.port, "POST", "/v1/completions", headers=auth, body={
+        "model": "kimi", "prompt": "hello", "max_tokens": 3, "stream": True})
+    assert status == 200 and body.decode().rstrip().endswith("data: [DONE]")
+    # From loopback the profiler answers as without the fence.
+    assert server.post("/start_profile").status_code == 200
+    assert server.post("/stop_profile", timeout=60).status_code == 200
+    assert re.search(rf'{re.escape(outside)}:\d+ - "POST /start_profile HTTP/1.1" 403', server.log())
+
+
+def test_a_middleware_that_cannot_be_imported_fails_after_the_load(server):
+    server.start("--middleware", "no_such_module.Fence")
+    assert server.wait_exit() == 1
+    assert "ModuleNotFoundError: No module named 'no_such_module'" in server.log()

@@ -16,10 +16,13 @@ Knobs and fault switches: see README.md next to this file.
 """
 
 import argparse
+import asyncio
 import contextlib
 import ctypes
 import gzip
 import hmac
+import importlib
+import inspect
 import json
 import os
 import random
@@ -276,6 +279,7 @@ def build_parser():
     parser.add_argument("--profiler-config", type=parse_json_arg)
     parser.add_argument("--api-key")
     parser.add_argument("--disable-uvicorn-access-log", action="store_true")
+    parser.add_argument("--middleware", action="append", default=[])
     return parser
 
 
@@ -1128,8 +1132,44 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(401, {"error": "Unauthorized"})
         return False
 
+    def through_middlewares(self):
+        """Run the request's scope through each --middleware (outermost first, as vLLM adds
+        them last); False when one answered it itself. Modelled: gatekeeper middlewares, which
+        either pass the scope on or answer; the answer is written as the middleware sent it."""
+        for middleware in self.server.app["middlewares"]:
+            state = {"passed": False}
+            sent = []
+            path, _, query = self.path.partition("?")
+            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": self.command,
+                     "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query.encode(),
+                     "root_path": "", "client": tuple(self.client_address[:2]),
+                     "server": tuple(self.server.server_address[:2]),
+                     "headers": [(k.lower().encode(), v.encode()) for k, v in self.headers.items()],
+                     "extensions": {"vllm_standin": state}}
+
+            async def receive():
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            async def send(message, sent=sent):
+                sent.append(message)
+
+            asyncio.run(middleware(scope, receive, send))
+            if state["passed"]:
+                continue
+            start = next((m for m in sent if m["type"] == "http.response.start"), None)
+            if start is None:
+                self.reply(500, "Internal Server Error", "text/plain")
+                return False
+            self.send_response(start["status"])
+            for key, value in start.get("headers", []):
+                self.send_header(key.decode(), value.decode())
+            self.end_headers()
+            self.wfile.write(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+            return False
+        return True
+
     def route(self, method):
-        if not self.authorized():
+        if not self.through_middlewares() or not self.authorized():
             return
         path = self.path.split("?")[0]
         routes = self.server.app["routes"]
@@ -1405,6 +1445,24 @@ def redact(args):
     return shown
 
 
+async def _inner_app(scope, receive, send):
+    """What a --middleware calls to pass a request on: marks it passed (the Handler answers)."""
+    scope["extensions"]["vllm_standin"]["passed"] = True
+
+
+def load_middlewares(paths):
+    """vLLM's --middleware: IMPORT.PATH of an ASGI class, built once around the app."""
+    out = []
+    for path in paths:
+        module_name, _, attr = path.rpartition(".")
+        module = importlib.import_module(module_name)
+        obj = getattr(module, attr)
+        if not inspect.isclass(obj):
+            raise ValueError(f"stand-in models class middlewares only, not {path!r}")
+        out.append(obj(_inner_app))
+    return out
+
+
 def api_main(argv):
     args, unknown = build_parser().parse_known_args(argv)
     dotted, unknown = split_dotted_profiler_args(unknown)
@@ -1477,7 +1535,13 @@ def api_main(argv):
             return 1
         time.sleep(0.05)
 
-    server.app = {"engine": engine, "model": model, "model_name": model_name,
+    try:  # vLLM builds the app, middlewares included, only once the engine is up
+        middlewares = load_middlewares(args.middleware)
+    except (ImportError, AttributeError, ValueError) as exc:
+        engine.terminate()
+        fail_with_traceback(type(exc).__name__, str(exc), "api_server.py:1750")
+        return 1
+    server.app = {"engine": engine, "model": model, "model_name": model_name, "middlewares": middlewares,
                   "max_model_len": max_model_len, "api_key": api_key,
                   "metrics": Metrics(model_name), "routes": routes(profiler_on),
                   "profiling": Profiling(pcfg), "access_log": not args.disable_uvicorn_access_log}

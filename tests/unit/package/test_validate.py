@@ -125,3 +125,17 @@ def test_bad_variants_are_named(variants, expected):
 def test_a_variant_name_used_twice_is_refused():
     twice = [{"name": "LL", "environment": {"NCCL_PROTO": "LL"}}, {"name": "LL", "environment": {"NCCL_PROTO": "LL"}}]
     assert variant_errors("v", twice) == ["v[1].name 'LL' is used twice: each variant needs its own name."]
+
+
+def test_extra_args_may_not_set_the_profiler_config_the_role_owns():
+    for args in (["--profiler-config", "{}"], ["--profiler-config={}"], ["--profiler-config.profiler", "torch"]):
+        assert settings_errors(with_(vllm_extra_args=args)) == [
+            "vllm_extra_args sets --profiler-config, which the role sets itself (vllm_profiling_enabled, "
+            "vllm_profiler_armed, vllm_profiler_config): remove it."]
+    assert settings_errors(with_(vllm_extra_args=["--middleware", "other.Middleware"])) == []
+
+
+def test_an_armed_capture_must_be_bounded():
+    assert settings_errors(with_(vllm_profiler_armed="True", vllm_profiler_armed_max_iterations=0)) == [
+        "vllm_profiler_armed_max_iterations is 0: allowed values are a positive integer."]
+    assert settings_errors(with_(vllm_profiler_armed=False, vllm_profiler_armed_max_iterations=0)) == []

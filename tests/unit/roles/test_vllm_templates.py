@@ -112,3 +112,27 @@ def test_profiling_dropin_arms_the_profiler_on_loopback(tmp_path):
         "torch_profiler_with_stack": True,
         "max_iterations": 20,
     }
+
+
+def test_the_armed_unit_runs_the_profiler_bounded_behind_the_fence(tmp_path):
+    argv = exec_start(render(tmp_path, "vllm.service.j2", vllm_profiler_armed=True))
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"  # it serves everyone; the fence guards the profiler
+    assert argv[argv.index("--middleware") + 1] == "vllm_ops_fence.LoopbackFence"
+    config = json.loads(argv[argv.index("--profiler-config") + 1])
+    assert config["profiler"] == "torch" and config["torch_profiler_dir"] == "/var/lib/vllm/traces"
+    assert config["max_iterations"] == 256 and config["torch_profiler_with_stack"] is False
+    assert config["torch_profiler_use_gzip"] is True
+
+
+def test_the_armed_environment_puts_the_fence_first_on_pythonpath(tmp_path):
+    env = render(tmp_path, "vllm.env.j2", vllm_profiler_armed=True,
+                 vllm_environment={"NCCL_PROTO": "LL", "PYTHONPATH": "/opt/site"})
+    assert 'PYTHONPATH="/usr/local/lib/vllm-ops/python:/opt/site"' in env.splitlines()
+    alone = render(tmp_path, "vllm.env.j2", vllm_profiler_armed=True, vllm_environment={"NCCL_PROTO": "LL"})
+    assert 'PYTHONPATH="/usr/local/lib/vllm-ops/python"' in alone.splitlines()
+
+
+def test_an_unarmed_unit_has_neither_profiler_nor_fence(unit, tmp_path):
+    argv = exec_start(unit)
+    assert "--profiler-config" not in argv and "--middleware" not in argv
+    assert "PYTHONPATH" not in render(tmp_path, "vllm.env.j2")
