@@ -186,3 +186,45 @@ def test_the_allreduce_bench_measures_as_the_service_and_restores_it(host, play,
     assert main_pid(host) != before
     assert not host.file("/run/vllm-ops/allreduce-bench").exists
     assert not host.file("/run/vllm-ops/campaign.lock").exists
+
+
+def test_an_armed_server_fences_its_profiler_from_other_clients(host, play, healthy_after):
+    run = play("playbooks/deploy.yml", "-e", json.dumps({"vllm_profiler_armed": True}))
+    assert run.rc == 0, run.output[-4000:]
+    try:
+        argv = host.file(f"/proc/{main_pid(host)}/cmdline").content.split(b"\0")
+        assert b"--middleware" in argv and b"vllm_ops_fence.LoopbackFence" in argv
+        # The container's own address: a client that is not on loopback, as any other host would be.
+        outside = host.check_output("hostname -I").split()[0]
+        assert not outside.startswith("127.")
+
+        def curl(base, method, path, body=None):
+            data = f"-H 'Content-Type: application/json' -d '{json.dumps(body)}'" if body is not None else ""
+            out = host.check_output(f"curl -s -N -o /tmp/fence -w '%{{http_code}}' -X {method} {data} {base}{path}; "
+                                    "echo; cat /tmp/fence")
+            status, _, text = out.partition("\n")
+            return int(status), text
+
+        for path in ("/start_profile", "/stop_profile"):
+            status, text = curl(f"http://{outside}:8000", "POST", path)
+            assert status == 403 and json.loads(text)["error"]["code"] == 403, (path, text)
+        streamed = {"model": "tiny-llama", "prompt": "the gpu", "max_tokens": 4, "ignore_eos": True, "stream": True}
+        for base in (f"http://{outside}:8000", BASE):
+            status, text = curl(base, "POST", "/v1/completions", streamed)
+            assert status == 200 and text.rstrip().endswith("data: [DONE]"), (base, text)
+        # From loopback the armed profiler captures the running server, bounded, with no restart.
+        pid = main_pid(host)
+        assert curl(BASE, "POST", "/start_profile", {"profile_prefix": "armed"})[0] == 200
+        assert curl(BASE, "POST", "/v1/completions", dict(streamed, stream=False))[0] == 200
+        assert curl(BASE, "POST", "/stop_profile")[0] == 200
+        wait_for(lambda: any(n.startswith("armed") and n.endswith(".pt.trace.json.gz")
+                             for n in host.run(f"ls {TRACE_DIR}").stdout.split()), "the armed capture's trace")
+        assert main_pid(host) == pid
+        journal = host.check_output(f"journalctl -u {UNIT} --no-pager -o cat")
+        assert re.search(rf'{re.escape(outside)}:\d+ - "POST /start_profile HTTP/1.1" 403', journal)
+    finally:
+        host.run(f"rm -f {TRACE_DIR}/armed*")
+        run = play("playbooks/deploy.yml")
+        assert run.rc == 0, run.output[-4000:]
+    assert not host.file("/usr/local/lib/vllm-ops/python/vllm_ops_fence.py").exists
+    assert b"--middleware" not in host.file(f"/proc/{main_pid(host)}/cmdline").content
