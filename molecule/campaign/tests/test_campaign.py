@@ -107,6 +107,22 @@ def test_a_second_campaign_is_refused_while_another_holds_the_lock(host, campaig
     assert json.loads(host.file(LOCK).content_string)["campaign_id"] == "20261130T010000Z"
 
 
+def test_a_capture_too_big_for_the_disk_is_refused_before_anything_stops(host, campaign):
+    invocation = host.check_output(f"systemctl show {UNIT} -p InvocationID --value")
+    # No earlier campaign in this artifacts directory: the documented default of 1 MiB per step
+    # and rank; 10^4 requests of 10^5 tokens on two ranks cannot fit in the sandbox.
+    play, _ = campaign("-e", json.dumps({"vllm_campaign_requests": 10000, "vllm_campaign_output_tokens": 100000}))
+    assert play.rc != 0
+    message = play.result("Check free space for the traces")["msg"]
+    steps = 10000 * 100001
+    need = -(-(2**20 * steps * 2 * 3 // 2) // 2**20)  # 1 MiB x steps x 2 ranks x 1.5, in MiB rounded up
+    assert message.startswith(f"Not enough free space for the traces: the capture needs about {need} MiB "
+                              f"({steps} steps x 2 rank(s) x 1048576 bytes per step and rank, from default")
+    assert re.search(r"; \d+ MiB are free under /var/lib/vllm on vllm-mol-campaign", message)
+    assert host.check_output(f"systemctl show {UNIT} -p InvocationID --value") == invocation, "nothing may be stopped"
+    assert not host.file(LOCK).exists
+
+
 def test_an_expired_lock_is_replaced(host, campaign):
     lock = {"campaign_id": "20261129T010000Z", "started_at": "2026-11-29T01:00:00Z",
             "expires_at": "2026-11-29T05:00:00Z", "expires_epoch": 1,

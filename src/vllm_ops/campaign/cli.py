@@ -16,6 +16,7 @@ from ..traces.floor import compare_markdown, load_floor
 from ..traces.floor import headline as floor_headline
 from ..traces.floor import to_markdown as floor_markdown
 from .chart import write_chart, write_floor_chart, write_steps_chart
+from .diskspace import estimate
 from .errors import CampaignInputError
 from .figures import check_summary, headline
 from .history import COLUMN_DOCS, append_history, history_row
@@ -54,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--markdown", metavar="OUT_MD", help="write the Markdown here instead of printing it")
     fl.add_argument("--failed", action="append", default=[], metavar="NAME=WHY",
                     help="a variant whose measurement failed, and why (repeatable)")
+    es = sub.add_parser("estimate", help="print, as JSON, the room the next capture's traces need on the host")
+    es.add_argument("--last", metavar="CAMPAIGN_JSON", help="the host's last campaign.json (default: none)")
+    for flag in ("--requests", "--concurrency", "--output-tokens", "--ranks"):
+        es.add_argument(flag, type=int, required=True)
     hl = sub.add_parser("headline", help="print the one-line headline")
     hl.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary as JSON")
     hl.add_argument("--host", required=True, help="host named in the line")
@@ -111,6 +116,10 @@ def run(args: argparse.Namespace) -> str:
     """Do one command; return the line to print."""
     if args.command == "floor":
         return _floor(args)
+    if args.command == "estimate":
+        last = _load_json(args.last, "campaign record") if args.last else None
+        return json.dumps(estimate(last, requests=args.requests, concurrency=args.concurrency,
+                                   output_tokens=args.output_tokens, ranks=args.ranks))
     summary = _summary(args.summary)
     if args.command == "chart":
         drawn = write_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id, title=args.title)
