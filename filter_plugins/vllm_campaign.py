@@ -11,6 +11,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from vllm_ops.campaign import CampaignInputError, duration, headline, latency_stats
+    from vllm_ops.campaign.figures import downtime_text
 except ImportError as exc:  # the controller's Python lacks the project's package
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -34,8 +35,8 @@ def _wrap(name, func):
     return filter_
 
 
-def _headline(summary, host, report_path=None):
-    return headline(host, summary, report_path)
+def _headline(summary, host, report_path=None, downtime=None):
+    return headline(host, summary, report_path, downtime)
 
 
 class FilterModule:
@@ -46,4 +47,5 @@ class FilterModule:
             "vllm_campaign_headline": _wrap("vllm_campaign_headline", _headline),
             "vllm_campaign_latency_stats": _wrap("vllm_campaign_latency_stats", latency_stats),
             "vllm_campaign_duration": _wrap("vllm_campaign_duration", duration),
+            "vllm_campaign_downtime_text": _wrap("vllm_campaign_downtime_text", downtime_text),
         }

@@ -80,9 +80,21 @@ def test_campaign_end_to_end(host, campaign):
         row = next(line for line in lines[table:] if line.startswith(f"| {rank['rank']} | "))
         shown = float(re.search(r"\| (\d+\.\d)% \|", row).group(1))
         assert shown == pytest.approx(100 * share, abs=0.1)
-    # Nothing left on the host, the lock released, the normal service's workers on the GPUs.
+    # The downtime record: /health polled throughout, not ready during each of the two loads (the
+    # profiling variant's and the normal service's), and back at the end.
+    record = json.loads((campaign_dir / "campaign.json").read_text())["downtime"]
+    assert record["gaps"] == 2 and record["ready_at_end"] is True, record
+    assert record["seconds_not_ready"] == pytest.approx(sum(g["seconds"] for g in record["gap_list"]), abs=1e-3)
+    said = re.search(r"; downtime (\d+\.\d) s in 2 gaps \(longest (\d+\.\d) s\) -> ",
+                     play.result("Print the headline")["msg"])
+    assert said and float(said.group(1)) == pytest.approx(record["seconds_not_ready"], abs=0.051)
+    assert f"**downtime {said.group(1)} s in 2 gaps" in report
+    assert history[1].split(",")[-2:] == [str(record["seconds_not_ready"]), str(record["longest_gap_s"])]
+    # Nothing left on the host, the lock released, the poller gone, the normal service's workers on the GPUs.
     assert campaign_files(host) == []
     assert not host.file(LOCK).exists
+    assert host.run("ls /run/vllm-ops/health-*.json").rc != 0
+    assert "vllm-ops-health-" not in host.check_output("systemctl list-units --all --no-legend 'vllm-ops-health-*'")
     for device in ("/dev/nvidia0", "/dev/nvidia1"):
         (pid,) = holders(host, device)
         assert f"{UNIT}.service" in host.file(f"/proc/{pid}/cgroup").content_string

@@ -59,7 +59,12 @@ COLUMN_DOCS: dict[str, str] = {
                     "CPU annotations, when no trace has GPU kernels)",
     "warnings": "how many warnings the trace summary has",
     "report": "path of the campaign's Markdown report",
+    "downtime_s": "seconds the service's /health did not answer 200 during the campaign (empty: not recorded)",
+    "longest_gap_s": "the longest of those gaps, s (empty: not recorded)",
 }
+# Columns added since the first version, in order: a file whose header stops before them is
+# rewritten with them (its rows get empty cells) instead of being refused.
+ADDED_COLUMNS = ("downtime_s", "longest_gap_s")
 COLUMNS: tuple[str, ...] = tuple(COLUMN_DOCS)
 
 
@@ -89,6 +94,7 @@ def history_row(meta: Mapping, summary: Mapping) -> dict:
         raise CampaignInputError(f"expected the campaign metadata as a mapping, got {type(meta).__name__}")
     check_summary(summary)
     env, load, latency = _mapping(meta, "environment"), _mapping(meta, "load"), _mapping(meta, "latency")
+    downtime = _mapping(meta, "downtime") or {}
     finished = meta.get("finished_at")
     fig = decode_figures(summary)
     steady = steady_figures(summary)
@@ -120,6 +126,8 @@ def history_row(meta: Mapping, summary: Mapping) -> dict:
         "decode_steps": fig["decode_steps"],
         "warnings": len(summary.get("warnings") or []),
         "report": meta.get("report"),
+        "downtime_s": downtime.get("seconds_not_ready"),
+        "longest_gap_s": downtime.get("longest_gap_s"),
     }
     assert tuple(row) == COLUMNS
     return row
@@ -154,7 +162,9 @@ def append_history(path: str | os.PathLike, row: Mapping) -> bool:
         new = not first.strip()
         if not new:
             header = next(csv.reader([first]), [])
-            if tuple(header) != COLUMNS:
+            if tuple(header) != COLUMNS and _migratable(header):
+                _migrate(fh, header)
+            elif tuple(header) != COLUMNS:
                 raise CampaignInputError(
                     f"{path}: its header differs from this version's columns, so nothing was appended "
                     f"(file: {','.join(header)}; expected: {','.join(COLUMNS)}); move the file aside "
@@ -169,6 +179,24 @@ def append_history(path: str | os.PathLike, row: Mapping) -> bool:
             csv.writer(fh, lineterminator="\n").writerow(COLUMNS)
         fh.write(line.getvalue())
     return new
+
+
+def _migratable(header: list[str]) -> bool:
+    """Whether ``header`` is this version's columns less some of :data:`ADDED_COLUMNS` at the end."""
+    n = len(header)
+    return len(COLUMNS) - len(ADDED_COLUMNS) <= n < len(COLUMNS) and tuple(header) == COLUMNS[:n]
+
+
+def _migrate(fh, header: list[str]) -> None:
+    """Rewrite the locked, open file with this version's header, each row padded with empty cells."""
+    fh.seek(0)
+    rows = list(csv.reader(fh))[1:]
+    pad = [""] * (len(COLUMNS) - len(header))
+    fh.seek(0)
+    fh.truncate()
+    writer = csv.writer(fh, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    writer.writerows(row + pad for row in rows if row)
 
 
 def _ends_with_newline(path: Path) -> bool:

@@ -10,7 +10,8 @@ from ansible.errors import AnsibleFilterError
 from campaign_helpers import REPO, ansible_env, ansible_tool, make_summary, rank_entry, write_json
 
 TEMPLATE = REPO / "templates" / "campaign_report.md.j2"
-FILTER_NAMES = ("vllm_campaign_headline", "vllm_campaign_latency_stats", "vllm_campaign_duration")
+FILTER_NAMES = ("vllm_campaign_headline", "vllm_campaign_latency_stats", "vllm_campaign_duration",
+                "vllm_campaign_downtime_text")
 
 
 def _plugin_filters():
@@ -29,6 +30,7 @@ def test_filters_are_exported_and_thin(two_ranks):
     assert FILTERS["vllm_campaign_headline"](two_ranks, "h", "r.md").endswith("skew-corrected 3.50 ms) -> r.md")
     assert FILTERS["vllm_campaign_latency_stats"]([1, 2, 3])["p50"] == 2.0
     assert FILTERS["vllm_campaign_duration"]("2025-01-31T12:00:00Z", "2025-01-31T12:01:01Z") == "1 min 1 s"
+    assert FILTERS["vllm_campaign_downtime_text"]({"seconds_not_ready": 0, "gaps": 0}) == "downtime 0 s"
 
 
 @pytest.mark.parametrize(("name", "args", "message"), [

@@ -120,3 +120,20 @@ def test_real_h200_traces(h200_summary):
     assert line.startswith("vllm-sandbox: host-bound on rank 0: decode step ")
     assert "all-reduce transfer" in line and "rank 1 waits" in line and "for rank 0" in line
     assert not NUMBERS.search(line) and line.endswith(" -> artifacts/vllm-sandbox/c1/report.md")
+
+
+@pytest.mark.parametrize(("downtime", "said"), [
+    ({"seconds_not_ready": 0.0, "gaps": 0, "longest_gap_s": 0.0}, "; downtime 0 s -> r.md"),
+    ({"seconds_not_ready": 8.26, "gaps": 1, "longest_gap_s": 8.26}, "; downtime 8.3 s in 1 gap -> r.md"),
+    ({"seconds_not_ready": 17.25, "gaps": 2, "longest_gap_s": 9.14},
+     "; downtime 17.2 s in 2 gaps (longest 9.1 s) -> r.md"),
+])
+def test_the_headline_says_what_the_campaign_cost_in_downtime(two_ranks, downtime, said):
+    plain = headline("h", two_ranks)
+    assert headline("h", two_ranks, "r.md", downtime) == plain + said
+    assert headline("h", two_ranks, "r.md", None) == plain + " -> r.md"
+
+
+def test_a_broken_downtime_record_is_refused(two_ranks):
+    with pytest.raises(CampaignInputError, match="a downtime record needs seconds_not_ready and gaps"):
+        headline("h", two_ranks, None, {"gaps": "x"})

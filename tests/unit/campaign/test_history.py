@@ -15,7 +15,7 @@ EXPECTED_COLUMNS = (
     "output_tokens", "ttft_ms_p50", "tpot_ms_p50", "cuda_ms_per_step", "allreduce_ms_per_step",
     "allreduce_share", "allreduce_skew_corrected_ms", "verdict", "verdict_rank", "straggler", "steady_steps",
     "steady_period_ms", "steady_busy_ms", "steady_idle_ms", "steady_transfer_ms", "steady_wait_ms",
-    "decode_steps", "warnings", "report",
+    "decode_steps", "warnings", "report", "downtime_s", "longest_gap_s",
 )
 NO_VERDICT = dict.fromkeys(("verdict", "verdict_rank", "straggler", "steady_steps", "steady_period_ms",
                             "steady_busy_ms", "steady_idle_ms", "steady_transfer_ms", "steady_wait_ms"))
@@ -37,8 +37,27 @@ def test_row(campaign, two_ranks):
         "ttft_ms_p50": 40.5, "tpot_ms_p50": 16.4,
         "cuda_ms_per_step": 21.0, "allreduce_ms_per_step": 12.0, "allreduce_share": round(12 / 21, 4),
         "allreduce_skew_corrected_ms": 3.5, **NO_VERDICT, "decode_steps": 10, "warnings": 0,
-        "report": "artifacts/vllm-sandbox/c20250131T120000/report.md",
+        "report": "artifacts/vllm-sandbox/c20250131T120000/report.md", "downtime_s": None, "longest_gap_s": None,
     }
+
+
+def test_the_downtime_the_poller_recorded_goes_in_the_row(campaign, two_ranks):
+    row = history_row(dict(campaign, downtime={"seconds_not_ready": 17.25, "gaps": 2, "longest_gap_s": 9.1}),
+                      two_ranks)
+    assert (row["downtime_s"], row["longest_gap_s"]) == (17.25, 9.1)
+
+
+def test_a_file_from_before_the_downtime_columns_is_migrated(tmp_path, campaign, two_ranks):
+    path = tmp_path / "history.csv"
+    old_columns = EXPECTED_COLUMNS[:-2]
+    old_row = [f"v{i}" for i in range(len(old_columns))]
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows([old_columns, old_row])
+    assert append_history(path, history_row(campaign, two_ranks)) is False
+    rows = list(csv.reader(path.open()))
+    assert tuple(rows[0]) == EXPECTED_COLUMNS
+    assert rows[1] == [*old_row, "", ""]  # the old campaign, nothing recorded for the new columns
+    assert rows[2][0] == "c20250131T120000" and len(rows) == 3
 
 
 def test_row_of_the_real_h200_pair_carries_the_verdict(campaign, h200_summary):
