@@ -191,3 +191,29 @@ def test_an_engine_death_during_the_profiling_load_fails_fast_and_restores(host,
     play, message = failed_campaign(campaign)
     assert "Switch to the profiling variant" in message or "Wait for /health" in message
     assert "Engine core initialization failed" in play.output
+
+
+def test_an_armed_host_is_profiled_as_it_runs_with_zero_downtime(host, campaign):
+    armed = json.dumps({"vllm_profiler_armed": True})
+    deploy = run_playbook("playbooks/deploy.yml", "-e", armed)
+    assert deploy.rc == 0, deploy.output[-3000:]
+    try:
+        pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
+        play, artifacts = campaign("-e", armed)
+        assert play.rc == 0, play.output[-4000:]
+        (campaign_dir,) = [d for d in (artifacts / host.backend.hostname).iterdir() if d.is_dir()]
+        record = json.loads((campaign_dir / "campaign.json").read_text())
+        assert record["path"].startswith("live")
+        down = record["downtime"]
+        assert down["polls"] > 0 and down["failed_polls"] == 0 and down["gaps"] == 0, down
+        assert play.result("Print the headline")["msg"].startswith(f"{host.backend.hostname}: host-bound on rank 0: ")
+        assert "; downtime 0 s -> " in play.result("Print the headline")["msg"]
+        # The same report as the restart path, from the server that kept running.
+        summary = json.loads((campaign_dir / "summary.json").read_text())
+        assert (summary["verdict"]["kind"], summary["verdict"]["rank"]) == ("host-bound", 0)
+        assert len(list(campaign_dir.glob("*.pt.trace.json.gz"))) == 2 and campaign_files(host) == []
+        assert host.check_output(f"systemctl show {UNIT} -p MainPID --value") == pid
+        assert not host.file(LOCK).exists
+    finally:
+        disarm = run_playbook("playbooks/deploy.yml")
+        assert disarm.rc == 0, disarm.output[-3000:]

@@ -52,6 +52,12 @@ options:
     description: Prefix of this campaign's trace files.
     type: str
     required: true
+  max_iterations:
+    description:
+      - Engine steps the capture lasts at most, sent in the C(/start_profile) body; 0 sends none (the
+        server's own C(max_iterations) applies). A live campaign on an armed service sets it.
+    type: int
+    default: 0
   request_timeout_s:
     description: Seconds one request may take.
     type: float
@@ -158,7 +164,10 @@ def run(params, clock=time.monotonic):
     for _ in range(params["warmup_requests"]):
         stream_completion(base, headers, body, timeout)
 
-    status, answer = post(base + "/start_profile", {"profile_prefix": params["profile_prefix"]}, timeout)
+    start = {"profile_prefix": params["profile_prefix"]}
+    if params["max_iterations"] > 0:
+        start["max_iterations"] = params["max_iterations"]
+    status, answer = post(base + "/start_profile", start, timeout)
     if status == 404:
         raise CampaignError("/start_profile answered 404: the server was not started with --profiler-config "
                             "(is the profiling variant running?)")
@@ -209,6 +218,7 @@ def main():
             concurrency=dict(type="int", default=1),
             warmup_requests=dict(type="int", default=2),
             profile_prefix=dict(type="str", required=True),
+            max_iterations=dict(type="int", default=0),
             request_timeout_s=dict(type="float", default=600),
             stop_timeout_s=dict(type="float", default=1800),
         ),
