@@ -188,7 +188,7 @@ def test_the_allreduce_bench_measures_as_the_service_and_restores_it(host, play,
     assert not host.file("/run/vllm-ops/campaign.lock").exists
 
 
-def test_an_armed_server_fences_its_profiler_from_other_clients(host, play, healthy_after):
+def test_an_armed_server_fences_its_profiler_from_other_clients(host, play, tmp_path, healthy_after):
     run = play("playbooks/deploy.yml", "-e", json.dumps({"vllm_profiler_armed": True}))
     assert run.rc == 0, run.output[-4000:]
     try:
@@ -222,6 +222,19 @@ def test_an_armed_server_fences_its_profiler_from_other_clients(host, play, heal
         assert main_pid(host) == pid
         journal = host.check_output(f"journalctl -u {UNIT} --no-pager -o cat")
         assert re.search(rf'{re.escape(outside)}:\d+ - "POST /start_profile HTTP/1.1" 403', journal)
+        host.run(f"rm -f {TRACE_DIR}/armed*")
+        # A campaign on the armed host profiles the real server as it runs: /health 200 throughout.
+        artifacts = tmp_path / "artifacts"
+        live = play("profile.yml", "-e", json.dumps({"vllm_profiler_armed": True,
+                                                     "vllm_campaign_artifacts_dir": str(artifacts)}))
+        assert live.rc == 0, live.output[-4000:]
+        (campaign_dir,) = [d for d in (artifacts / host.backend.hostname).iterdir() if d.is_dir()]
+        record = json.loads((campaign_dir / "campaign.json").read_text())
+        assert record["path"].startswith("live") and record["downtime"]["polls"] > 0
+        assert record["downtime"]["failed_polls"] == 0 and record["downtime"]["gaps"] == 0
+        (trace,) = campaign_dir.glob("*.pt.trace.json.gz")
+        assert decode_annotations(trace) > 0 and (campaign_dir / "report.md").exists()
+        assert main_pid(host) == pid and host.run(f"ls -A {TRACE_DIR}").stdout.split() == []
     finally:
         host.run(f"rm -f {TRACE_DIR}/armed*")
         run = play("playbooks/deploy.yml")
