@@ -30,7 +30,7 @@ class App:
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
 
 
-def call(path, client=("127.0.0.1", 5000), root_path="", kind="http", env=None, monkeypatch=None):
+def call(path, client=("127.0.0.1", 5000), root_path="", kind="http", env=None, monkeypatch=None, headers=()):
     if env is not None:
         monkeypatch.setenv("VLLM_OPS_FENCED_PATHS", env)
     app = App()
@@ -42,7 +42,8 @@ def call(path, client=("127.0.0.1", 5000), root_path="", kind="http", env=None, 
     async def send(message):
         sent.append(message)
 
-    scope = {"type": kind, "path": path, "root_path": root_path, "client": client, "method": "POST"}
+    scope = {"type": kind, "path": path, "root_path": root_path, "client": client, "method": "POST",
+             "headers": list(headers)}
     asyncio.run(LoopbackFence(app)(scope, receive, send))
     return app.seen, sent
 
@@ -96,3 +97,11 @@ def test_more_paths_from_the_environment(monkeypatch):
     assert call("/v1/load_lora_adapter", REMOTE, env="v1/load_lora_adapter, /x/", monkeypatch=monkeypatch)[0] == []
     assert call("/x", REMOTE, env="v1/load_lora_adapter, /x/", monkeypatch=monkeypatch)[0] == []
     assert call("/v1/models", REMOTE, env="v1/load_lora_adapter", monkeypatch=monkeypatch)[0] == ["/v1/models"]
+
+
+def test_a_forwarded_header_from_another_peer_does_not_open_the_fence():
+    # Only uvicorn may turn X-Forwarded-For into the client (for peers it trusts); the fence reads
+    # the client it was given, never the header.
+    forged = [(b"x-forwarded-for", b"127.0.0.1"), (b"forwarded", b"for=127.0.0.1")]
+    seen, sent = call("/start_profile", REMOTE, headers=forged)
+    assert seen == [] and sent[0]["status"] == 403
