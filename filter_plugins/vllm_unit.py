@@ -22,8 +22,8 @@ def _wrap(name, func):
     return filter_
 
 
-def _variant_errors(variants, where="variants"):
-    return validate.variant_errors(where, variants)
+def _variant_errors(variants, where="variants", base_environment=None, server=False):
+    return validate.variant_errors(where, variants, base_environment, server)
 
 
 class FilterModule:
@@ -34,4 +34,6 @@ class FilterModule:
             "vllm_systemd_env_quote": _wrap("vllm_systemd_env_quote", systemd.quote_env_value),
             "vllm_settings_errors": _wrap("vllm_settings_errors", validate.settings_errors),
             "vllm_variant_errors": _wrap("vllm_variant_errors", _variant_errors),
+            "vllm_service_environment": _wrap("vllm_service_environment", systemd.service_environment),
+            "vllm_unset_names": _wrap("vllm_unset_names", systemd.unset_names),
         }

@@ -66,7 +66,7 @@ def assert_normal_service(host) -> None:
     """The normal service is active and healthy, without the profiling drop-in."""
     assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
     assert host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0
-    assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists
+    assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf").exists
 
 
 def holders(host, device: str) -> list[int]:

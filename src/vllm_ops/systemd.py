@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["cli_options", "exec_command", "quote_arg", "quote_env_value"]
+__all__ = ["cli_options", "exec_command", "quote_arg", "quote_env_value", "service_environment", "unset_names"]
 
 # Words that systemd passes through unchanged when left bare.
 _BARE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
@@ -80,3 +80,22 @@ def quote_env_value(value: object) -> str:
     if any(ch in text for ch in "\n\r\0"):
         raise ValueError("environment values cannot contain line breaks or NUL")
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def service_environment(base: Mapping[str, object] | None, overrides: Mapping[str, object] | None = None,
+                        python_path: str | None = None) -> dict[str, object]:
+    """The server's environment: ``base`` (``vllm_environment``) with a variant's ``overrides`` laid
+    over it (a ``None`` value unsets the variable, see :func:`unset_names`) and ``python_path``, when
+    given, put first on ``PYTHONPATH`` (the armed profiler's fence directory)."""
+    merged = {**(base or {}), **(overrides or {})}
+    environment = {str(k): v for k, v in merged.items() if v is not None}
+    if python_path:
+        rest = str(environment.get("PYTHONPATH") or "")
+        environment["PYTHONPATH"] = ":".join(p for p in (python_path, rest) if p)
+    return environment
+
+
+def unset_names(overrides: Mapping[str, object] | None) -> list[str]:
+    """The variables a variant unsets (``None`` values), for ``UnsetEnvironment=``: a variable of an
+    earlier EnvironmentFile= is gone then, not set to an empty string."""
+    return sorted(str(k) for k, v in (overrides or {}).items() if v is None)

@@ -6,6 +6,7 @@ so an operator can fix the inventory without reading the role.
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 from collections.abc import Mapping
@@ -13,7 +14,16 @@ from collections.abc import Mapping
 __all__ = ["NCCL_ALGOS", "NCCL_PROTOS", "environment_errors", "settings_errors", "variant_errors"]
 
 NCCL_PROTOS = ("LL", "LL128", "Simple")
-_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# A variant's name names result files and reads as the settings it changes (NCCL_PROTO=LL128).
+_VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=,+:-]{0,127}")
+# Server options the role sets itself: a variant that changed them would move the server away from
+# where the health check, the fence and the benchmark look for it.
+_OWNED_OPTIONS = {
+    "--host": "vllm_host", "--port": "vllm_port", "--api-key": "vllm_api_key",
+    "--profiler-config": "the variant's profile", "--middleware": "vllm_profiler_armed",
+}
+# What VLLM_BATCH_INVARIANT=1 overwrites in NCCL's environment (vLLM 0.32).
+_BATCH_INVARIANT_OVERWRITES = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_MAX_NCHANNELS")
 NCCL_ALGOS = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
 
 
@@ -80,19 +90,78 @@ def environment_errors(where: str, environment: object) -> list[str]:
                 f"{where} holds {secret}: set the secret through vllm_api_key or vllm_hf_token, "
                 "which keep it in a root-only file and out of logs."
             )
+    if _truthy(environment.get("VLLM_BATCH_INVARIANT", "")):
+        named = [name for name in _BATCH_INVARIANT_OVERWRITES if environment.get(name) is not None]
+        if named:
+            errors.append(
+                f"{where} sets VLLM_BATCH_INVARIANT=1 together with {', '.join(named)}: batch-invariant mode "
+                "silently overwrites NCCL_PROTO and NCCL_ALGO and sets NCCL_MAX_NCHANNELS=1, so the server "
+                "would not run the NCCL settings named. Drop one or the other."
+            )
     return errors
 
 
-def variant_errors(where: str, variants: object) -> list[str]:
-    """Problems of a list of variants, each ``{name, environment}``: a name made of letters,
-    digits, ``.``, ``_`` and ``-`` (it names files), unique, and a valid environment."""
+def _option_name(arg: object) -> str:
+    return str(arg).split("=", 1)[0].split(".", 1)[0]
+
+
+def _speculative_errors(where: str, args: list) -> list[str]:
+    """``--speculative-config`` must be a JSON object with a method: a typo found now, not after a load."""
+    errors = []
+    for i, arg in enumerate(args):
+        text = str(arg)
+        if text.startswith("--speculative-config="):
+            value: object = text.split("=", 1)[1]
+        elif text == "--speculative-config":
+            value = args[i + 1] if i + 1 < len(args) else None
+        else:
+            continue
+        try:
+            config = json.loads(str(value)) if value is not None else None
+        except ValueError as exc:
+            errors.append(f"{where} --speculative-config is {value!r}, which is not JSON ({exc}).")
+            continue
+        if not isinstance(config, Mapping) or not config.get("method"):
+            errors.append(f"{where} --speculative-config is {value!r}: it must be a JSON object with a "
+                          "\"method\" (ngram, draft_model, eagle, eagle3, mtp, suffix, ...).")
+    return errors
+
+
+def _variant_args_errors(where: str, args: object) -> list[str]:
+    if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
+                                             for a in args):
+        return [f"{where} is {args!r}: it must be a list of arguments (strings), one item per argument."]
+    errors = []
+    for arg in args:
+        owner = _OWNED_OPTIONS.get(_option_name(arg))
+        if owner:
+            errors.append(f"{where} sets {_option_name(arg)}, which the role sets itself ({owner}): remove it.")
+    return errors + _speculative_errors(where, args)
+
+
+def variant_errors(where: str, variants: object, base_environment: object = None,
+                   server: bool = False) -> list[str]:
+    """Problems of a list of variants, each ``{name, environment}``; with ``server``, also
+    ``extra_args`` and ``profile`` (the vllm role's ``vllm_variant``).
+
+    The name is letters, digits and ``._=,+:-`` (it names files), unique. The environment passes the
+    checks of ``vllm_environment``, and so does ``base_environment`` laid under it (a null value
+    unsets a variable): a variant must not make a conflict of the two. Extra arguments must not
+    set what the role owns (``--host``, ``--port``, ...), and a ``--speculative-config`` must be a
+    JSON object with a method."""
+    ordered = ["name", "environment", "extra_args", "profile"] if server else ["name", "environment"]
+    keys = set(ordered)
+    shape = "{" + ", ".join(ordered) + "}"
     if not isinstance(variants, list):
-        return [f"{where} is {variants!r}: it must be a list of {{name, environment}} mappings."]
+        return [f"{where} is {variants!r}: it must be a list of {shape} mappings."]
+    if base_environment is not None and not isinstance(base_environment, Mapping):
+        return [f"the base environment is {base_environment!r}: it must be a mapping."]
     errors: list[str] = []
     seen: set[str] = set()
     for i, variant in enumerate(variants):
         if not isinstance(variant, Mapping):
-            errors.append(f"{where}[{i}] is {variant!r}: it must be a mapping with name and environment.")
+            errors.append(f"{where}[{i}] is {variant!r}: it must be a mapping with name and "
+                          f"{'environment and/or extra_args' if server else 'environment'}.")
             continue
         name = variant.get("name")
         label = f"{where}[{i}]"
@@ -103,12 +172,29 @@ def variant_errors(where: str, variants: object) -> list[str]:
         else:
             seen.add(name)
             label = f"{where}[{name}]"
-        unknown = sorted(set(variant) - {"name", "environment"})
+        unknown = sorted(set(variant) - keys)
         if unknown:
-            errors.append(f"{label} has unknown keys {', '.join(unknown)}: a variant has name and environment.")
-        if not variant.get("environment"):
-            errors.append(f"{label}.environment is empty: a variant changes at least one variable.")
-        errors += environment_errors(f"{label}.environment", variant.get("environment"))
+            errors.append(f"{label} has unknown keys {', '.join(unknown)}: "
+                          f"a variant has {', '.join(ordered[:-1])} and {ordered[-1]}.")
+        environment = variant.get("environment") or {}
+        changes = bool(environment) or bool(server and (variant.get("extra_args") or variant.get("profile")))
+        if not changes:
+            errors.append(f"{label}.environment is empty: a variant changes at least one variable"
+                          f"{' or argument' if server else ''}.")
+        own = environment_errors(f"{label}.environment",
+                                 {k: v for k, v in environment.items() if v is not None}
+                                 if isinstance(environment, Mapping) else environment)
+        errors += own
+        if not own and base_environment and isinstance(environment, Mapping):
+            merged = {k: v for k, v in {**base_environment, **environment}.items() if v is not None}
+            errors += [f"{e} (with vllm_environment under it)"
+                       for e in environment_errors(f"{label}.environment", merged)
+                       if "VLLM_BATCH_INVARIANT" in e]
+        if server:
+            errors += _variant_args_errors(f"{label}.extra_args", variant.get("extra_args") or [])
+            if not isinstance(variant.get("profile", False), bool) and str(variant.get("profile")).lower() not in (
+                    "true", "false", "yes", "no"):
+                errors.append(f"{label}.profile is {variant.get('profile')!r}: it must be true or false.")
     return errors
 
 
@@ -147,6 +233,13 @@ def settings_errors(settings: Mapping[str, object]) -> list[str]:
            for a in extra):
         errors.append("vllm_extra_args sets --profiler-config, which the role sets itself (vllm_profiling_enabled, "
                       "vllm_profiler_armed, vllm_profiler_config): remove it.")
+    errors += _speculative_errors("vllm_extra_args", extra)
+
+    variant = settings.get("vllm_variant") or {}
+    if variant:
+        env = settings.get("vllm_environment")
+        errors += variant_errors("vllm_variant", [variant], env if isinstance(env, Mapping) else None, server=True)
+
     if _truthy(settings.get("vllm_profiler_armed")):
         errors += _positive_int("vllm_profiler_armed_max_iterations",
                                 settings.get("vllm_profiler_armed_max_iterations"))

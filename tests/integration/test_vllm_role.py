@@ -14,7 +14,7 @@ from conftest import UNIT
 
 UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
 ENV_FILE = f"/etc/vllm/{UNIT}.env"
-DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf"
+DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
 TRACE_DIR = "/var/lib/vllm/traces"
 FAULT_DIR = "/run/vllm-standin"
 
@@ -77,11 +77,45 @@ def test_profiling_toggle_on_then_off(restored):
     run = box.playbook("playbooks/restore.yml")
     assert run.rc == 0
     assert box.sh(f"test -e {DROPIN} && echo present || echo absent") == "absent"
-    assert "50-profiling.conf" not in box.sh(f"systemctl cat {UNIT}")
+    assert "50-variant.conf" not in box.sh(f"systemctl cat {UNIT}")
     assert "--profiler-config" not in exec_start_argv(box)
     assert box.http("/start_profile", "POST") == 404
     assert box.http("/health") == 200
     assert box.sh(f"systemctl is-active {UNIT}") == "active"
+
+
+def server_environment(sandbox) -> dict[str, str]:
+    """The running server's environment, from its /proc environ."""
+    pid = sandbox.prop("MainPID")
+    lines = sandbox.sh(f"tr '\\0' '\\n' < /proc/{pid}/environ").splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def test_a_variant_is_applied_and_removed_entirely(restored):
+    box = restored
+    variant_env = f"/etc/vllm/{UNIT}.variant.env"
+    # A drop-in of releases before variants: the role removes it.
+    dropins = DROPIN.rsplit("/", 1)[0]
+    box.sh(f"mkdir -p {dropins} && printf '[Service]\\n' > {dropins}/50-profiling.conf")
+    variant = {"name": "LL128-no-algo", "environment": {"NCCL_PROTO": "LL128", "NCCL_ALGO": None},
+               "extra_args": ["--max-num-seqs", "4"]}
+    run = box.playbook("playbooks/deploy.yml", extra={"vllm_variant": variant})
+    assert run.rc == 0, run.output
+    env = server_environment(box)
+    assert env["NCCL_PROTO"] == "LL128" and "NCCL_ALGO" not in env
+    assert env["NCCL_MAX_NCHANNELS"] == "16", "the variant keeps what it does not change"
+    assert exec_start_argv(box)[-2:] == ["--max-num-seqs", "4"]
+    assert box.sh(f"ls {dropins}").split() == ["50-variant.conf"]
+    assert box.http("/health") == 200
+
+    run = box.playbook("playbooks/restore.yml")
+    assert run.rc == 0
+    assert box.sh(f"ls -A {dropins}") == ""
+    assert box.sh(f"test -e {variant_env} && echo present || echo absent") == "absent"
+    env = server_environment(box)
+    assert env["NCCL_PROTO"] == "LL" and env["NCCL_ALGO"] == "Ring"
+    assert "--max-num-seqs" not in exec_start_argv(box)
+    assert box.playbook("playbooks/restore.yml").recap()[box.name]["changed"] == 0
 
 
 def test_crash_during_load_fails_fast_with_the_journal(restored):

@@ -169,7 +169,7 @@ def test_a_campaign_killed_midway_is_rerun_to_completion(host, tmp_path):
          str(ROOT / "profile.yml"), "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)})],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        wait_for(lambda: host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists,
+        wait_for(lambda: host.file(f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf").exists,
                  "the profiling variant to be installed", timeout_s=120)
     finally:
         os.killpg(first.pid, signal.SIGKILL)

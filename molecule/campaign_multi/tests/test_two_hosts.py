@@ -31,5 +31,5 @@ def test_one_failing_host_leaves_the_other_to_finish_and_both_restored(tmp_path)
     assert not (tmp_path / BAD / "history.csv").exists()
     for name, host in hosts.items():
         assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active", name
-        assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists, name
+        assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf").exists, name
         assert host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0, name

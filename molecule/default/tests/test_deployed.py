@@ -108,7 +108,7 @@ def test_models_endpoint_serves_the_configured_name(host):
 
 
 def test_profiler_is_off_in_the_normal_service(host):
-    assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-profiling.conf").exists
+    assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf").exists
     assert http_status(host, "/start_profile", "POST") == 404
 
 

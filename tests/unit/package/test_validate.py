@@ -139,3 +139,64 @@ def test_an_armed_capture_must_be_bounded():
     assert settings_errors(with_(vllm_profiler_armed="True", vllm_profiler_armed_max_iterations=0)) == [
         "vllm_profiler_armed_max_iterations is 0: allowed values are a positive integer."]
     assert settings_errors(with_(vllm_profiler_armed=False, vllm_profiler_armed_max_iterations=0)) == []
+
+
+# --- Server variants (vllm_variant, experiments): environment, extra_args, profile ---
+
+NGRAM = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3}'
+
+
+def test_server_variants_may_change_arguments_only():
+    variants = [{"name": "ngram", "extra_args": ["--speculative-config", NGRAM]},
+                {"name": "max-num-seqs=64", "extra_args": ["--max-num-seqs", "64"]},
+                {"name": "NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS=8",
+                 "environment": {"NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": "8"}},
+                {"name": "nccl-defaults", "environment": {"NCCL_ALGO": None, "NCCL_PROTO": None}},
+                {"name": "profiled", "profile": True}]
+    assert variant_errors("v", variants, GOOD["vllm_environment"], server=True) == []
+
+
+def test_arguments_are_refused_where_only_an_environment_is_meant():
+    assert variant_errors("v", [{"name": "a", "extra_args": ["--max-num-seqs", "8"]}]) == [
+        "v[a] has unknown keys extra_args: a variant has name and environment.",
+        "v[a].environment is empty: a variant changes at least one variable."]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--port", "9000"], "v[x].extra_args sets --port, which the role sets itself (vllm_port): remove it."),
+    (["--host=0.0.0.0"], "v[x].extra_args sets --host, which the role sets itself (vllm_host): remove it."),
+    (["--profiler-config.profiler", "torch"],
+     "v[x].extra_args sets --profiler-config, which the role sets itself (the variant's profile): remove it."),
+    (["--speculative-config", "{method: ngram}"],
+     "v[x].extra_args --speculative-config is '{method: ngram}', which is not JSON"),
+    (["--speculative-config={\"num_speculative_tokens\": 3}"],
+     "v[x].extra_args --speculative-config is '{\"num_speculative_tokens\": 3}': it must be a JSON object with a "
+     "\"method\""),
+    ("--max-num-seqs 8", "v[x].extra_args is '--max-num-seqs 8': it must be a list of arguments"),
+])
+def test_variant_arguments_the_role_owns_or_cannot_parse_are_named(args, expected):
+    errors = variant_errors("v", [{"name": "x", "extra_args": args}], server=True)
+    assert len(errors) == 1 and errors[0].startswith(expected), errors
+
+
+def test_batch_invariant_mode_conflicts_with_the_nccl_settings_it_overwrites():
+    (error,) = settings_errors(with_(vllm_environment={"VLLM_BATCH_INVARIANT": "1", "NCCL_PROTO": "LL"}))
+    assert error.startswith("vllm_environment sets VLLM_BATCH_INVARIANT=1 together with NCCL_PROTO: ")
+    # A variant that turns it on over a base that sets NCCL: the conflict is in the merged environment.
+    (error,) = variant_errors("v", [{"name": "bi", "environment": {"VLLM_BATCH_INVARIANT": "1"}}],
+                              GOOD["vllm_environment"], server=True)
+    assert error.startswith("v[bi].environment sets VLLM_BATCH_INVARIANT=1 together with "
+                            "NCCL_PROTO, NCCL_ALGO, NCCL_MAX_NCHANNELS")
+    assert error.endswith("(with vllm_environment under it)")
+    # ... unless the variant unsets them.
+    unset = {"VLLM_BATCH_INVARIANT": "1", "NCCL_PROTO": None, "NCCL_ALGO": None, "NCCL_MAX_NCHANNELS": None}
+    assert variant_errors("v", [{"name": "bi", "environment": unset}], GOOD["vllm_environment"], server=True) == []
+    assert settings_errors(with_(vllm_environment={"VLLM_BATCH_INVARIANT": "0", "NCCL_PROTO": "LL"})) == []
+
+
+def test_the_variant_in_force_is_checked_with_the_settings():
+    assert settings_errors(with_(vllm_variant={"name": "p", "extra_args": ["--port", "1"]})) == [
+        "vllm_variant[p].extra_args sets --port, which the role sets itself (vllm_port): remove it."]
+    assert settings_errors(with_(vllm_variant={"name": "p", "profile": True})) == []
+    assert settings_errors(with_(vllm_extra_args=["--speculative-config", "{}"]))[0].startswith(
+        "vllm_extra_args --speculative-config is '{}': it must be a JSON object")

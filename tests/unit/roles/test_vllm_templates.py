@@ -22,7 +22,14 @@ ROLE = ROOT / "roles/vllm"
 ANSIBLE = Path(sys.executable).parent / "ansible"
 
 
+# What configure.yml passes the environment template for the unit's own file and the variant's.
+UNIT_ENV = {"__vllm_env_title": "Environment of {{ __vllm_unit }}", "__vllm_env_values": "{{ __vllm_environment }}"}
+VARIANT_ENV = {"__vllm_env_title": "the variant", "__vllm_env_values": "{{ __vllm_variant_environment }}"}
+
+
 def render(tmp_path: Path, template: str, **extra) -> str:
+    if template == "vllm.env.j2":
+        extra = {**UNIT_ENV, **extra}
     dest = tmp_path / template.removesuffix(".j2")
     cmd = [
         str(ANSIBLE), "localhost", "-c", "local", "-i", "localhost,",
@@ -99,8 +106,9 @@ def test_secrets_file_holds_the_secrets_and_the_unit_does_not(tmp_path):
 
 
 def test_profiling_dropin_arms_the_profiler_on_loopback(tmp_path):
-    dropin = render(tmp_path, "50-profiling.conf.j2",
+    dropin = render(tmp_path, "50-variant.conf.j2", vllm_profiling_enabled=True,
                     vllm_profiler_config={"torch_profiler_with_stack": True, "max_iterations": 20})
+    assert '# Variant "profiling" of vllm-kimi-k25-int4.service' in dropin
     assert "ExecStart=\n" in dropin, "the drop-in must clear the unit's ExecStart first"
     argv = exec_start(dropin)
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
@@ -136,3 +144,49 @@ def test_an_unarmed_unit_has_neither_profiler_nor_fence(unit, tmp_path):
     argv = exec_start(unit)
     assert "--profiler-config" not in argv and "--middleware" not in argv
     assert "PYTHONPATH" not in render(tmp_path, "vllm.env.j2")
+
+
+# --- Variants: the drop-in and the variant's environment file ---
+
+NGRAM = '{"method": "ngram", "num_speculative_tokens": 3}'
+VARIANT = {"name": "ngram-nccl-defaults", "environment": {"NCCL_PROTO": "LL128", "NCCL_ALGO": None},
+           "extra_args": ["--speculative-config", NGRAM, "--max-num-seqs", 64]}
+
+
+def test_a_variant_changes_the_command_after_the_normal_arguments(tmp_path):
+    extra = ["--trust-remote-code", "--max-num-seqs", "256"]
+    normal = exec_start(render(tmp_path, "vllm.service.j2", vllm_extra_args=extra))
+    dropin = render(tmp_path, "50-variant.conf.j2", vllm_extra_args=extra, vllm_variant=VARIANT)
+    argv = exec_start(dropin)
+    # The normal command, then the variant's arguments (argparse: the last --max-num-seqs wins).
+    assert argv == [*normal, "--speculative-config", NGRAM, "--max-num-seqs", "64"]
+    assert "--profiler-config" not in argv
+    assert "EnvironmentFile=/etc/vllm/vllm-kimi-k25-int4.variant.env" in dropin.splitlines()
+    assert "UnsetEnvironment=NCCL_ALGO" in dropin.splitlines()
+
+
+def test_the_variant_environment_is_the_normal_one_with_the_changes(tmp_path):
+    env = render(tmp_path, "vllm.env.j2", vllm_variant=VARIANT, **VARIANT_ENV)
+    lines = [line for line in env.splitlines() if not line.startswith("#")]
+    # The example inventory's NCCL settings, NCCL_PROTO replaced and NCCL_ALGO gone.
+    normal = [line for line in render(tmp_path, "vllm.env.j2").splitlines() if not line.startswith("#")]
+    expected = sorted([line for line in normal if not line.startswith(("NCCL_PROTO=", "NCCL_ALGO="))]
+                      + ['NCCL_PROTO="LL128"'])
+    assert sorted(lines) == expected
+    assert any(line.startswith("NCCL_ALGO=") for line in normal), "the example sets NCCL_ALGO: else no test"
+
+
+def test_a_variant_of_an_armed_service_keeps_the_fence(tmp_path):
+    argv = exec_start(render(tmp_path, "50-variant.conf.j2", vllm_profiler_armed=True,
+                             vllm_variant={"name": "s", "extra_args": ["--max-num-seqs", "8"]}))
+    assert argv[argv.index("--middleware") + 1] == "vllm_ops_fence.LoopbackFence"
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+    env = render(tmp_path, "vllm.env.j2", vllm_profiler_armed=True,
+                 vllm_variant={"name": "s", "extra_args": ["--max-num-seqs", "8"]}, **VARIANT_ENV)
+    assert 'PYTHONPATH="/usr/local/lib/vllm-ops/python"' in env.splitlines()
+
+
+def test_a_profiled_variant_listens_on_loopback_with_its_changes(tmp_path):
+    argv = exec_start(render(tmp_path, "50-variant.conf.j2", vllm_variant={**VARIANT, "profile": True}))
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert "--profiler-config" in argv and "--speculative-config" in argv
