@@ -28,6 +28,17 @@ TEMPLATES = ROOT / "tests" / "data" / "traces" / "h200_tp2_decode"
 H200_MIB = 143771
 WAIT_S = 60  # generous bound for any wait; tests never assert on durations
 NOT_ANSWERED = "accepted but not answered"  # what Server.health says of a timeout
+# vLLM 0.32's saved result (CPU build, --percentile-metrics ttft,tpot,itl,e2el
+# --metric-percentiles 50,90,99, not speculating), in its order
+BENCH_RESULT_KEYS = [
+    "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts",
+    "request_rate", "burstiness", "max_concurrency", "duration", "completed", "failed",
+    "total_input_tokens", "total_output_tokens", "request_throughput", "request_goodput",
+    "output_throughput", "total_token_throughput", "latencies", "queue_times",
+    "max_output_tokens_per_s", "max_concurrent_requests", "rtfx",
+    *(f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el")
+      for stat in ("mean", "median", "std", "p50", "p90", "p99")),
+]
 
 
 def free_port():

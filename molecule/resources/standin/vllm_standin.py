@@ -9,7 +9,10 @@ worker holds its GPU device file and claims memory for the nvidia-smi
 stand-in; the port refuses
 connections through the whole (simulated) load; then it serves /health,
 /version, /v1/models, /v1/completions, /metrics and, with --profiler-config,
-/start_profile and /stop_profile, writing one re-timed trace per rank.
+/start_profile and /stop_profile, writing one re-timed trace per rank;
+--speculative-config and --max-num-seqs shape the decode timing and /metrics.
+``vllm bench serve`` is a real client of vLLM 0.32's serving benchmark (random dataset,
+streamed completions) that prints and saves vLLM's result.
 
 Python 3.11 standard library only (the sandbox's python3 has no pip).
 Knobs and fault switches: see README.md next to this file.
@@ -24,6 +27,7 @@ import hmac
 import importlib
 import inspect
 import json
+import math
 import os
 import random
 import re
@@ -280,6 +284,8 @@ def build_parser():
     parser.add_argument("--api-key")
     parser.add_argument("--disable-uvicorn-access-log", action="store_true")
     parser.add_argument("--middleware", action="append", default=[])
+    parser.add_argument("--speculative-config", "-sc", type=parse_json_arg)
+    parser.add_argument("--max-num-seqs", type=int)
     return parser
 
 
@@ -339,6 +345,43 @@ def validate_profiler_config(raw):
         raise ConfigError(f"Value error, torch_profiler_dir must be an absolute path, "
                           f"got {trace_dir!r}")
     return cfg
+
+
+SPEC_METHODS = ("ngram", "draft_model", "eagle", "eagle3", "mtp", "suffix")
+SPEC_DRAFT_DIR_METHODS = ("draft_model", "eagle", "eagle3")  # these load a draft model from "model"
+SPEC_DRAFT_OVERHEAD = 0.05  # a decode step costs TPOT * (1 + K * this) when proposing K tokens
+
+
+def validate_speculative_config(raw):
+    """The modelled part of vLLM's SpeculativeConfig, or raise ConfigError.
+
+    vLLM infers a missing ``method`` from ``model``; the stand-in asks for it (see README)."""
+    method = raw.get("method")
+    if method is None:
+        raise ConfigError("speculative_config.method\n  Field required [type=missing, "
+                          f"input_value={raw!r}] (stand-in: give the method)")
+    if method not in SPEC_METHODS:
+        allowed = ", ".join(f"'{m}'" for m in SPEC_METHODS)
+        raise ConfigError(f"speculative_config.method\n  Input should be {allowed} "
+                          f"[type=literal_error, input_value={method!r}]")
+    k = raw.get("num_speculative_tokens")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError("speculative_config.num_speculative_tokens\n  Input should be greater "
+                          f"than 0 [type=greater_than, input_value={k!r}]")
+    if method in SPEC_DRAFT_DIR_METHODS and not raw.get("model"):
+        raise ConfigError(f"Value error, method={method!r} needs the draft model: set "
+                          "speculative_config.model")
+    return {"method": method, "num_speculative_tokens": k, "model": raw.get("model")}
+
+
+def spec_step_model(spec):
+    """(K, accepted per step, step-time factor) of a speculating server, (0, 0, 1.0) otherwise."""
+    if not spec:
+        return 0, 0, 1.0
+    k = spec["num_speculative_tokens"]
+    acceptance = min(1.0, max(0.0, env_float("VLLM_STANDIN_SPEC_ACCEPTANCE", 0.6)))
+    accepted = min(k, math.floor(k * acceptance + 0.5))  # round half up: 3 * 0.5 -> 2
+    return k, accepted, 1.0 + k * SPEC_DRAFT_OVERHEAD
 
 
 def check_model_dir(model):
@@ -786,7 +829,7 @@ class Engine:
             f"Initializing a V1 LLM engine (v{VERSION}) with config: model='{cfg['model']}', "
             f"served_model_name={cfg['served_model_name']}, "
             f"max_seq_len={cfg['max_model_len']}, tensor_parallel_size={cfg['tp']}, "
-            f"enforce_eager={cfg['enforce_eager']}")
+            f"enforce_eager={cfg['enforce_eager']}, speculative_config={spec_repr(cfg.get('spec'))}")
         self.start_workers()
         self.gather("up")
         t0 = time.monotonic()
@@ -801,6 +844,7 @@ class Engine:
                          "(stand-in fault engine-dies-during-load)", during_load=True)
 
         self.gather("loaded", on_wait=maybe_die_loading)
+        self.load_draft_model()
         mib = int(cfg["gpu_memory_utilization"] * env_float("GPU_SIM_TOTAL_MIB", 143771))
         time.sleep(cfg["load_s"] * 0.15)
         log("INFO", "gpu_worker.py:298", f"Available KV cache memory: {mib / 1024 * 0.4:.2f} GiB")
@@ -809,6 +853,25 @@ class Engine:
             f"took {time.monotonic() - t0:.2f} s")
         self.api.send({"ev": "ready"})
         self.serve()
+
+    def load_draft_model(self):
+        """A draft model (draft_model, eagle, eagle3) is loaded after the target's weights; a
+        path that is not a directory fails the load as transformers does, and the engine dies."""
+        spec = self.cfg.get("spec")
+        if not spec or spec["method"] not in SPEC_DRAFT_DIR_METHODS:
+            return
+        path = spec["model"]
+        log("INFO", "eagle.py:1187" if spec["method"].startswith("eagle") else "draft_model.py:84",
+            f"Loading drafter model ({spec['method']}) from {path}")
+        if not os.path.isdir(path):
+            log("ERROR", "core.py:713", "EngineCore failed to start.")
+            fail_with_traceback("OSError", f"Incorrect path_or_model_id: '{path}'. Please provide "
+                                "either the path to a local folder or the repo_id of a model on "
+                                "the Hub. (stand-in: speculative_config.model, the draft model, "
+                                "is missing)", "gpu_model_runner.py:2957")
+            sys.stdout.flush()
+            os._exit(1)
+        log("INFO", "gpu_model_runner.py:2912", "Loading drafter model weights took 0.10 seconds")
 
     def serve(self):
         api_alive = True
@@ -864,6 +927,14 @@ class Engine:
                     f"Worker pid {proc.pid} did not exit after SIGTERM; sending SIGKILL")
                 proc.kill()
             proc.wait()
+
+
+def spec_repr(spec):
+    if not spec:
+        return None
+    model = f"'{spec['model']}'" if spec.get("model") else None
+    return (f"SpeculativeConfig(method='{spec['method']}', model={model}, "
+            f"num_spec_tokens={spec['num_speculative_tokens']})")
 
 
 def engine_main(cfg, chan):
@@ -927,12 +998,15 @@ FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 
 class Metrics:
-    def __init__(self, model_name):
+    def __init__(self, model_name, speculative=False):
         self.model_name = model_name
         self.lock = threading.Lock()
         self.created = time.time()
         self.prompt_tokens = self.generation_tokens = self.success = 0
-        self.running = 0
+        self.running = self.waiting = 0
+        self.speculative = speculative  # vLLM has the spec_decode families only then
+        self.drafts = self.draft_tokens = self.accepted = 0
+        self.accepted_per_pos = {}
         self.hists = [
             Histogram("vllm:time_to_first_token_seconds",
                       "Histogram of time to first token in seconds.", TTFT_BUCKETS),
@@ -945,7 +1019,11 @@ class Metrics:
                       "Histogram of e2e request latency in seconds.", E2E_BUCKETS),
         ]
 
-    def finished(self, prompt_tokens, out_tokens, ttft, tpot, e2e):
+    def finished(self, prompt_tokens, out_tokens, ttft, tpot, e2e, steps=None, step_s=None):
+        """One finished request; ``steps`` decode steps of ``step_s`` each (default: one per
+        token after the first, of ``tpot``), as vLLM observes the inter-token latency per step."""
+        steps = out_tokens - 1 if steps is None else steps
+        step_s = tpot if step_s is None else step_s
         with self.lock:
             self.prompt_tokens += prompt_tokens
             self.generation_tokens += out_tokens
@@ -953,9 +1031,19 @@ class Metrics:
             ttft_h, itl_h, tpot_h, e2e_h = self.hists
             ttft_h.observe(ttft)
             if out_tokens > 1:
-                itl_h.observe(tpot, out_tokens - 1)
+                itl_h.observe(step_s, steps)
                 tpot_h.observe(tpot)
             e2e_h.observe(e2e)
+
+    def speculated(self, steps, k, accepted):
+        """``steps`` verification steps, each of ``k`` draft tokens of which ``accepted``."""
+        with self.lock:
+            self.drafts += steps
+            self.draft_tokens += steps * k
+            self.accepted += steps * accepted
+            for pos in range(k):
+                self.accepted_per_pos[pos] = self.accepted_per_pos.get(pos, 0) + (
+                    steps if pos < accepted else 0)
 
     def labels(self, **extra):
         """Prometheus labels, sorted by name as prometheus_client prints them."""
@@ -970,7 +1058,7 @@ class Metrics:
                     ("vllm:num_requests_running", "Number of requests in model execution "
                      "batches.", self.running),
                     ("vllm:num_requests_waiting", "Number of requests waiting to be "
-                     "processed.", 0),
+                     "processed.", self.waiting),
                     ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent "
                      "usage.", 0.01 * self.running)):
                 out += [f"# HELP {name} {doc}", f"# TYPE {name} gauge",
@@ -983,7 +1071,10 @@ class Metrics:
                      [({}, self.generation_tokens)]),
                     ("vllm:request_success", "Count of successfully processed requests.",
                      [(r, self.success if r["finished_reason"] == "length" else 0)
-                      for r in reasons])):
+                      for r in reasons]),
+                    ("vllm:num_preemptions", "Cumulative number of preemption from the "
+                     "engine.", [({}, 0)]),
+                    *self.spec_counters()):
                 out += [f"# HELP {name}_total {doc}", f"# TYPE {name}_total counter"]
                 out += [f"{name}_total{lb(**extra)} {float(value)}" for extra, value in series]
                 out += [f"# HELP {name}_created {doc}", f"# TYPE {name}_created gauge"]
@@ -991,6 +1082,48 @@ class Metrics:
             for hist in self.hists:
                 out += hist.render(lb, self.created)
         return "\n".join(out) + "\n"
+
+
+    def spec_counters(self):
+        if not self.speculative:
+            return []
+        return [("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+                 [({}, self.drafts)]),
+                ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+                 [({}, self.draft_tokens)]),
+                ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+                 [({}, self.accepted)]),
+                ("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft "
+                 "position.", [({"position": str(pos)}, n)
+                               for pos, n in sorted(self.accepted_per_pos.items())])]
+
+
+class Seqs:
+    """--max-num-seqs: at most ``limit`` requests generate at once (None: no limit); the
+    others wait in arrival order, counted in vllm:num_requests_waiting."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.sem = threading.Semaphore(limit) if limit else None
+
+    @contextlib.contextmanager
+    def slot(self, metrics):
+        """Yields the seconds spent waiting for a slot."""
+        if self.sem is None:
+            yield 0.0
+            return
+        t0 = time.monotonic()
+        with metrics.lock:
+            metrics.waiting += 1
+        try:
+            self.sem.acquire()
+        finally:
+            with metrics.lock:
+                metrics.waiting -= 1
+        try:
+            yield time.monotonic() - t0
+        finally:
+            self.sem.release()
 
 
 class EngineLink:
@@ -1300,36 +1433,61 @@ FAKE_WORDS = [
 
 
 class Generation:
-    """One completion request, with simulated time to first and per token."""
+    """One completion request, with simulated time to first token and per decode step.
+
+    The first token comes from the prefill, after TTFT. Then each decode step takes TPOT and
+    emits one token; a speculating server (K draft tokens, ``a`` accepted per step, see
+    spec_step_model) takes TPOT * (1 + K * SPEC_DRAFT_OVERHEAD) a step and emits 1 + a tokens
+    (the last step only what is left), so ceil((n - 1) / (1 + a)) steps for n tokens. A stream
+    sends one chunk per step, as vLLM does."""
 
     def __init__(self, app, body, prompts, counts, max_tokens):
         self.app, self.prompts, self.counts, self.n = app, prompts, counts, max_tokens
         self.ttft = env_float("VLLM_STANDIN_TTFT_MS", 20.0) / 1000
-        self.tpot = env_float("VLLM_STANDIN_TPOT_MS", 5.0) / 1000
+        self.k, self.accepted, factor = app["spec"]
+        self.step_s = env_float("VLLM_STANDIN_TPOT_MS", 5.0) / 1000 * factor
+        self.steps = max(0, math.ceil((self.n - 1) / (1 + self.accepted)))
+        self.tpot = self.step_s * self.steps / (self.n - 1) if self.k and self.n > 1 \
+            else self.step_s
+        self.queued = 0.0
         self.ident = f"cmpl-{uuid.uuid4().hex[:16]}"
         self.created = int(time.time())
         self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         self.rng = random.Random(json.dumps(prompts, sort_keys=True))
 
-    def tokens(self):
-        """Yield tokens in simulated time."""
+    def chunks(self):
+        """Yield the tokens of each step (a list) in simulated time."""
         self.t0 = time.monotonic()
-        with self.app["metrics"].lock:
-            self.app["metrics"].running += 1
-        try:
-            time.sleep(self.ttft)
-            for i in range(self.n):
-                if i:
-                    time.sleep(self.tpot)
-                yield " " + self.rng.choice(FAKE_WORDS)
-        finally:
-            with self.app["metrics"].lock:
-                self.app["metrics"].running -= 1
+        metrics = self.app["metrics"]
+        with self.app["seqs"].slot(metrics) as waited:
+            self.queued = waited
+            with metrics.lock:
+                metrics.running += 1
+            try:
+                time.sleep(self.ttft)
+                if self.n > 0:
+                    yield [self.word()]
+                left = self.n - 1
+                while left > 0:
+                    time.sleep(self.step_s)
+                    size = min(left, 1 + self.accepted)
+                    left -= size
+                    yield [self.word() for _ in range(size)]
+            finally:
+                with metrics.lock:
+                    metrics.running -= 1
+
+    def word(self):
+        return " " + self.rng.choice(FAKE_WORDS)
 
     def record(self):
         e2e = time.monotonic() - self.t0
+        metrics = self.app["metrics"]
         for count in self.counts:
-            self.app["metrics"].finished(count, self.n, self.ttft, self.tpot, e2e)
+            metrics.finished(count, self.n, self.ttft + self.queued, self.tpot, e2e,
+                             self.steps, self.step_s)
+            if self.k:
+                metrics.speculated(self.steps, self.k, self.accepted)
 
     def usage(self):
         prompt = sum(self.counts)
@@ -1337,7 +1495,7 @@ class Generation:
                 "completion_tokens": self.n * len(self.prompts)}
 
     def whole(self, handler):
-        text = "".join(self.tokens())
+        text = "".join("".join(step) for step in self.chunks())
         choices = [{"index": i, "text": text, "logprobs": None, "finish_reason": "length",
                     "stop_reason": None, "token_ids": None, "prompt_logprobs": None,
                     "prompt_token_ids": None, "routed_experts": None}
@@ -1366,10 +1524,12 @@ class Generation:
 
         base = {"id": self.ident, "object": "text_completion", "created": self.created,
                 "model": self.app["model_name"]}
-        for i, token in enumerate(self.tokens()):
-            last = i == self.n - 1
+        sent = 0
+        for step in self.chunks():
+            sent += len(step)
+            last = sent == self.n
             send({**base, "choices": [
-                {"index": k, "text": token, "logprobs": None,
+                {"index": k, "text": "".join(step), "logprobs": None,
                  "finish_reason": "length" if last else None, "stop_reason": None,
                  "prompt_token_ids": None, "token_ids": None}
                 for k in range(len(self.prompts))]})
@@ -1482,6 +1642,11 @@ def api_main(argv):
         if not 0 < args.gpu_memory_utilization <= 1:
             raise ConfigError("Value error, GPU memory utilization must be within (0, 1]. "
                               f"Got {args.gpu_memory_utilization}.")
+        spec = validate_speculative_config(args.speculative_config) \
+            if args.speculative_config is not None else None
+        if args.max_num_seqs is not None and args.max_num_seqs < 1:
+            raise ConfigError("max_num_seqs\n  Input should be greater than 0 "
+                              f"[type=greater_than, input_value={args.max_num_seqs}]")
     except ConfigError as exc:
         fail_with_traceback("pydantic_core._pydantic_core.ValidationError",
                             f"1 validation error for VllmConfig\n{exc}", "arg_utils.py:1402")
@@ -1521,7 +1686,7 @@ def api_main(argv):
         "max_model_len": max_model_len, "enforce_eager": args.enforce_eager,
         "shards": n_shards, "weights_bytes": weights_bytes,
         "load_s": max(0.0, env_float("VLLM_STANDIN_LOAD_S", 6.0)),
-        "profiler": pcfg or {"profiler": None},
+        "profiler": pcfg or {"profiler": None}, "spec": spec,
     })
     while not engine.ready.is_set():
         if stop.is_set():
@@ -1543,7 +1708,9 @@ def api_main(argv):
         return 1
     server.app = {"engine": engine, "model": model, "model_name": model_name, "middlewares": middlewares,
                   "max_model_len": max_model_len, "api_key": api_key,
-                  "metrics": Metrics(model_name), "routes": routes(profiler_on),
+                  "metrics": Metrics(model_name, speculative=spec is not None),
+                  "spec": spec_step_model(spec), "seqs": Seqs(args.max_num_seqs),
+                  "routes": routes(profiler_on),
                   "profiling": Profiling(pcfg), "access_log": not args.disable_uvicorn_access_log}
     server.server_activate()
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
@@ -1567,6 +1734,477 @@ def api_main(argv):
     return 0
 
 
+# --------------------------------------------------------------------------
+# vllm bench serve: vLLM 0.32's serving benchmark client (the subset the project uses)
+# --------------------------------------------------------------------------
+
+BENCH_METRICS = (("ttft", "TTFT", "Time to First Token"),
+                 ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+                 ("itl", "ITL", "Inter-token Latency"),
+                 ("e2el", "E2EL", "End-to-end Latency"))
+BENCH_DATASETS = ("sharegpt", "burstgpt", "sonnet", "random", "random-mm", "random-rerank",
+                  "hf", "custom", "prefix_repetition", "spec_bench", "timed_trace")
+
+
+def build_bench_parser():
+    parser = argparse.ArgumentParser(prog="vllm bench serve", allow_abbrev=False,
+                                     description="Benchmark the online serving throughput "
+                                     "(vLLM stand-in: the random dataset, OpenAI completions).")
+    parser.add_argument("--label", default=None)
+    parser.add_argument("--backend", default="openai", choices=["openai", "vllm"])
+    parser.add_argument("--base-url", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--endpoint", default="/v1/completions")
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--tokenizer", default=None)
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--dataset-name", default="random", choices=BENCH_DATASETS)
+    parser.add_argument("--dataset-path", default=None)
+    parser.add_argument("--random-input-len", type=int, default=1024)
+    parser.add_argument("--random-output-len", type=int, default=128)
+    parser.add_argument("--num-prompts", type=int, default=1000)
+    parser.add_argument("--max-concurrency", type=int, default=None)
+    parser.add_argument("--request-rate", type=float, default=float("inf"))
+    parser.add_argument("--burstiness", type=float, default=1.0)
+    parser.add_argument("--ignore-eos", action="store_true")
+    parser.add_argument("--num-warmups", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--percentile-metrics", default=None)
+    parser.add_argument("--metric-percentiles", default="99")
+    parser.add_argument("--save-result", action="store_true")
+    parser.add_argument("--result-dir", default=None)
+    parser.add_argument("--result-filename", default=None)
+    parser.add_argument("--metadata", nargs="*")
+    parser.add_argument("--disable-tqdm", action="store_true")
+    parser.add_argument("--ready-check-timeout-sec", type=int, default=0)
+    return parser
+
+
+def percentile(values, p):
+    """numpy.percentile's default (linear interpolation); [] counts as [0] as vLLM's
+    ``np.percentile(values or 0, p)`` does."""
+    xs = sorted(values) or [0.0]
+    pos = (len(xs) - 1) * p / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def mean(values):
+    return sum(values) / len(values) if values else 0.0
+
+
+def std(values):
+    """numpy.std (population, ddof 0)."""
+    if not values:
+        return 0.0
+    m = mean(values)
+    return math.sqrt(sum((v - m) ** 2 for v in values) / len(values))
+
+
+class BenchOutput:
+    """One request's measurements, as vLLM's RequestFuncOutput."""
+
+    def __init__(self, prompt_len):
+        self.success, self.error = False, ""
+        self.ttft, self.latency, self.itl = 0.0, 0.0, []
+        self.prompt_len, self.output_tokens = prompt_len, 0
+        self.generated_text = ""
+        self.start_time = self.client_queue_time = 0.0
+
+
+def bench_request(url, payload, prompt_len):
+    """POST one streamed completion and time it as vLLM's async_request_openai_completions
+    does: TTFT at the first chunk with choices, ITLs between later ones, latency up to the last
+    one; usage gives the token counts."""
+    import http.client
+    import traceback
+    import urllib.parse
+    out = BenchOutput(prompt_len)
+    headers = {"Content-Type": "application/json"}
+    api_key = os.environ.get("OPENAI_API_KEY")
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    parts = urllib.parse.urlsplit(url)
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    st = time.perf_counter()
+    out.start_time = recent = st
+    try:
+        conn = conn_cls(parts.hostname, parts.port, timeout=6 * 3600)
+        try:
+            conn.request("POST", parts.path or "/", body=json.dumps(payload), headers=headers)
+            response = conn.getresponse()
+            if response.status != 200:
+                out.error = response.reason or ""
+                response.read()
+                return out
+            first = False
+            while True:
+                line = response.readline()
+                if not line:
+                    break
+                line = line.decode().strip()
+                if not line or line.startswith(":"):
+                    continue
+                chunk = line.removeprefix("data: ")
+                if chunk == "[DONE]":
+                    continue
+                data = json.loads(chunk)
+                if choices := data.get("choices"):
+                    now = time.perf_counter()
+                    if not first:
+                        first, out.ttft = True, now - st
+                    else:
+                        out.itl.append(now - recent)
+                    recent = now
+                    out.generated_text += choices[0].get("text") or ""
+                elif usage := data.get("usage"):
+                    out.output_tokens = usage.get("completion_tokens")
+                    if usage.get("prompt_tokens") is not None:
+                        out.prompt_len = usage["prompt_tokens"]
+            if first:
+                out.success = True
+            else:
+                out.error = ("Never received a valid chunk to calculate TTFT."
+                             "This response will be marked as failed!")
+            out.latency = recent - st
+        finally:
+            conn.close()
+    except Exception:
+        out.success = False
+        out.error = traceback.format_exc()
+    return out
+
+
+def bench_fetch_spec(base_url):
+    """The spec_decode counters summed from /metrics, None when the server has none."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(base_url + "/metrics", timeout=30) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    found, totals, per_pos = False, {"drafts": 0, "draft_tokens": 0, "accepted": 0}, {}
+    for line in text.splitlines():
+        if not line.startswith("vllm:spec_decode"):
+            continue
+        parts = line.split(None, 1)
+        name = parts[0].split("{")[0]
+        if not name.endswith("_total"):
+            continue
+        found = True
+        value = int(float(parts[-1]))
+        if "num_drafts" in name:
+            totals["drafts"] += value
+        elif "num_draft_tokens" in name:
+            totals["draft_tokens"] += value
+        elif "num_accepted_tokens_per_pos" in name:
+            match = re.search(r'position="(\d+)"', line)
+            if match:
+                per_pos[int(match.group(1))] = per_pos.get(int(match.group(1)), 0) + value
+        elif "num_accepted_tokens" in name:
+            totals["accepted"] += value
+    return {**totals, "per_pos": per_pos} if found else None
+
+
+def bench_first_model(base_url):
+    import urllib.request
+    headers = {}
+    if os.environ.get("OPENAI_API_KEY"):
+        headers["Authorization"] = f"Bearer {os.environ['OPENAI_API_KEY']}"
+    request = urllib.request.Request(base_url + "/v1/models", headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        first = json.load(response)["data"][0]
+    return first.get("root") or first["id"], first["id"]
+
+
+def bench_samples(args):
+    """The random dataset: prompts of --random-input-len words (the stand-in's tokens)."""
+    rng = random.Random(args.seed)
+    return [(" ".join(rng.choice(FAKE_WORDS) for _ in range(max(1, args.random_input_len))),
+             max(1, args.random_input_len), args.random_output_len)
+            for _ in range(args.num_prompts)]
+
+
+def bench_run_all(api_url, payloads, max_concurrency, request_rate, burstiness, seed):
+    """Send every request on its own thread, at most ``max_concurrency`` at once, arriving as
+    vLLM's get_request spaces them (gamma intervals of mean 1/rate; none at rate inf)."""
+    sem = threading.Semaphore(max_concurrency) if max_concurrency else None
+    outputs = [None] * len(payloads)
+    rng = random.Random(seed)
+
+    def one(i, payload, prompt_len, arrival):
+        if sem:
+            sem.acquire()
+        try:
+            out = bench_request(api_url, payload, prompt_len)
+        finally:
+            if sem:
+                sem.release()
+        out.client_queue_time = out.start_time - arrival
+        outputs[i] = out
+
+    threads = []
+    for i, (payload, prompt_len) in enumerate(payloads):
+        if i and request_rate != float("inf"):
+            theta = 1.0 / (request_rate * burstiness)
+            time.sleep(rng.gammavariate(burstiness, theta))
+        thread = threading.Thread(target=one, args=(i, payload, prompt_len, time.perf_counter()),
+                                  daemon=True)
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        thread.join()
+    return outputs
+
+
+def bench_metrics(outputs, duration):
+    """vLLM's calculate_metrics for generation."""
+    lens, ttfts, tpots, itls, e2els = [], [], [], [], []
+    total_input = completed = 0
+    for out in outputs:
+        if not out.success:
+            lens.append(0)
+            continue
+        n = out.output_tokens or len(out.generated_text.split())
+        lens.append(n)
+        total_input += out.prompt_len
+        if n > 1:
+            tpots.append((out.latency - out.ttft) / (n - 1))
+        itls += out.itl
+        ttfts.append(out.ttft)
+        e2els.append(out.latency)
+        completed += 1
+    good = [out for out in outputs if out.success]
+    max_tps, max_conc = 0.0, 0
+    if good:
+        t0 = min(out.start_time for out in good)
+        seconds = math.ceil(max(out.start_time + out.latency for out in good) - t0) + 1
+        tokens, conc = [0] * seconds, [0] * seconds
+        for out in good:
+            times = [out.start_time + out.ttft]
+            for gap in out.itl:
+                times.append(times[-1] + gap)
+            for stamp in times:
+                if 0 <= int(stamp - t0) < seconds:
+                    tokens[int(stamp - t0)] += 1
+            for sec in range(int(out.start_time - t0), int(out.start_time + out.latency - t0) + 1):
+                conc[sec] += 1
+        max_tps, max_conc = float(max(tokens)), int(max(conc))
+    total_output = sum(lens)
+    return {"completed": completed, "failed": len(outputs) - completed,
+            "total_input": total_input, "total_output": total_output,
+            "request_throughput": completed / duration,
+            "output_throughput": total_output / duration,
+            "total_token_throughput": (total_input + total_output) / duration,
+            "values": {"ttft": ttfts, "tpot": tpots, "itl": itls, "e2el": e2els},
+            "max_output_tokens_per_s": max_tps, "max_concurrent_requests": max_conc}
+
+
+def bench_print(fmt, label, value):
+    print(("{:<40} " + fmt).format(label, value))
+
+
+def bench_main(argv):
+    if argv[:1] != ["serve"]:
+        print("usage: vllm bench serve [options]   (vLLM stand-in: only 'bench serve' is "
+              "modelled)", file=sys.stderr)
+        return 2
+    args = build_bench_parser().parse_args(argv[1:])
+    if args.dataset_name != "random":
+        build_bench_parser().error(f"argument --dataset-name: the stand-in models only "
+                                   f"'random', not {args.dataset_name!r}")
+    shown = vars(args).copy()
+    print("Namespace(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")", flush=True)
+    try:
+        return bench_serve(args)
+    except (ValueError, OSError):
+        import traceback
+        traceback.print_exc()  # vLLM dies of the exception: its traceback, exit status 1
+        return 1
+
+
+def bench_serve(args):
+    if args.max_concurrency is not None and args.max_concurrency <= 0:
+        raise ValueError("--max-concurrency must be greater than 0")
+    if not args.endpoint.endswith(("completions", "profile")):
+        raise ValueError("OpenAI Completions API URL must end with 'completions' or 'profile'.")
+    random.seed(args.seed)
+    if args.base_url is not None:
+        base_url = args.base_url
+    else:
+        base_url = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{args.port}"
+    api_url = base_url + args.endpoint
+    if args.model is None:
+        print("Model not specified, fetching first model from server...")
+        model_id, model_name = bench_first_model(base_url)
+        print(f"First model name: {model_name}, first model id: {model_id}")
+    else:
+        model_id, model_name = args.model, args.served_model_name
+    tokenizer_id = args.tokenizer if args.tokenizer is not None else model_id
+    if not os.path.isdir(tokenizer_id):
+        # transformers' AutoTokenizer, offline or for a name that is no repo
+        raise OSError(f"Can't load tokenizer for '{tokenizer_id}'. If you were trying to load it "
+                      "from 'https://huggingface.co/models', make sure you don't have a local "
+                      f"directory with the same name. Otherwise, make sure '{tokenizer_id}' is "
+                      "the correct path to a directory containing all relevant files for a "
+                      "tokenizer. (stand-in: the tokenizer must be a local directory)")
+    metadata = {}
+    for item in args.metadata or []:
+        if "=" not in item:
+            raise ValueError("Invalid metadata format. Please use KEY=VALUE format.")
+        key, value = item.split("=", 1)
+        metadata[key.strip()] = value.strip()
+    ignore_eos = True  # vLLM: the random dataset on an OpenAI backend always ignores EOS
+    sampling = {} if args.temperature is None else {"temperature": args.temperature}
+    if not sampling:
+        print("WARNING: vllm bench serve no longer sets temperature==0 (greedy) in requests by "
+              "default. The default will be determined on the server side and can be "
+              "model/API specific. For the old behavior, include --temperature=0.")
+    metric_names = (args.percentile_metrics or "ttft,tpot,itl").split(",")
+    percentiles = [float(p) for p in args.metric_percentiles.split(",")]
+
+    def payload(prompt, output_len):
+        body = {"model": model_name or model_id, "prompt": prompt, "repetition_penalty": 1.0,
+                "max_tokens": output_len, "logprobs": None, "stream": True,
+                "stream_options": {"include_usage": True}}
+        if ignore_eos:
+            body["ignore_eos"] = True
+        return {**body, **sampling}
+
+    samples = bench_samples(args)
+    if not samples:
+        raise ValueError("--num-prompts must be greater than 0")
+    test = (payload(samples[0][0], samples[0][2]), samples[0][1])
+    print("Starting initial single prompt test run...")
+    if args.ready_check_timeout_sec > 0:
+        deadline = time.monotonic() + args.ready_check_timeout_sec
+        print(f"Waiting for endpoint to become up in {args.ready_check_timeout_sec} seconds")
+        while True:
+            probe = bench_request(api_url, *test)
+            remaining = deadline - time.monotonic()
+            if probe.success or remaining <= 0:
+                break
+            time.sleep(min(5, remaining))
+        if not probe.success:
+            raise ValueError("Initial test run failed - Please make sure benchmark arguments "
+                             f"are correctly specified. Error: {probe.error}")
+        print("Initial test run completed.")
+    else:
+        print("Skipping endpoint ready check.")
+    if args.num_warmups > 0:
+        print(f"Warming up with {args.num_warmups} requests...")
+        bench_run_all(api_url, [test] * args.num_warmups, args.max_concurrency,
+                      float("inf"), 1.0, args.seed)
+        print("Warmup run completed.")
+    print("Starting main benchmark run...")
+    print(f"Traffic request rate: {args.request_rate}")
+    distribution = "Poisson process" if args.burstiness == 1.0 else "Gamma distribution"
+    print(f"Burstiness factor: {args.burstiness} ({distribution})")
+    print(f"Maximum request concurrency: {args.max_concurrency}", flush=True)
+    spec_before = bench_fetch_spec(base_url)
+    t0 = time.perf_counter()
+    outputs = bench_run_all(api_url, [(payload(p, o), n) for p, n, o in samples],
+                            args.max_concurrency, args.request_rate, args.burstiness, args.seed)
+    duration = time.perf_counter() - t0
+    spec_after = bench_fetch_spec(base_url)
+    m = bench_metrics(outputs, duration)
+    failed = [out for out in outputs if not out.success]
+    if failed:
+        print("Failed requests during benchmark run detected (capping to 10):")
+        for i, out in enumerate(failed[:10]):
+            print(f"Error {i}: {out.error}")
+    spec = None
+    if spec_before is not None and spec_after is not None:
+        delta = {key: spec_after[key] - spec_before[key]
+                 for key in ("drafts", "draft_tokens", "accepted")}
+        if delta["draft_tokens"] > 0:
+            positions = sorted(set(spec_before["per_pos"]) | set(spec_after["per_pos"]))
+            spec = {**delta, "rate": delta["accepted"] / delta["draft_tokens"] * 100,
+                    "length": 1 + delta["accepted"] / delta["drafts"] if delta["drafts"] else 0.0,
+                    "per_pos": [(spec_after["per_pos"].get(pos, 0)
+                                 - spec_before["per_pos"].get(pos, 0)) / delta["drafts"]
+                                for pos in positions] if delta["drafts"] else []}
+
+    print("{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
+    bench_print("{:<10}", "Successful requests:", m["completed"])
+    bench_print("{:<10}", "Failed requests:", m["failed"])
+    if args.max_concurrency is not None:
+        bench_print("{:<10}", "Maximum request concurrency:", args.max_concurrency)
+    if args.request_rate != float("inf"):
+        bench_print("{:<10.2f}", "Request rate configured (RPS):", args.request_rate)
+    bench_print("{:<10.2f}", "Benchmark duration (s):", duration)
+    bench_print("{:<10}", "Total input tokens:", m["total_input"])
+    bench_print("{:<10}", "Total generated tokens:", m["total_output"])
+    bench_print("{:<10.2f}", "Request throughput (req/s):", m["request_throughput"])
+    bench_print("{:<10.2f}", "Output token throughput (tok/s):", m["output_throughput"])
+    bench_print("{:<10.2f}", "Peak output token throughput (tok/s):", m["max_output_tokens_per_s"])
+    bench_print("{:<10.2f}", "Peak concurrent requests:", m["max_concurrent_requests"])
+    bench_print("{:<10.2f}", "Total token throughput (tok/s):", m["total_token_throughput"])
+
+    result = {"date": time.strftime("%Y%m%d-%H%M%S"), "endpoint_type": args.backend,
+              "backend": args.backend, "label": args.label, "model_id": model_id,
+              "tokenizer_id": tokenizer_id, "num_prompts": args.num_prompts, **metadata,
+              "request_rate": args.request_rate if args.request_rate < float("inf") else "inf",
+              "burstiness": args.burstiness, "max_concurrency": args.max_concurrency,
+              "duration": duration, "completed": m["completed"], "failed": m["failed"],
+              "total_input_tokens": m["total_input"], "total_output_tokens": m["total_output"],
+              "request_throughput": m["request_throughput"], "request_goodput": None,
+              "output_throughput": m["output_throughput"],
+              "total_token_throughput": m["total_token_throughput"],
+              "latencies": [out.latency for out in outputs],
+              "queue_times": [out.client_queue_time for out in outputs],
+              "max_output_tokens_per_s": m["max_output_tokens_per_s"],
+              "max_concurrent_requests": m["max_concurrent_requests"], "rtfx": 0.0}
+    if spec is not None:
+        result.update(spec_decode_acceptance_rate=spec["rate"],
+                      spec_decode_acceptance_length=spec["length"],
+                      spec_decode_num_drafts=spec["drafts"],
+                      spec_decode_draft_tokens=spec["draft_tokens"],
+                      spec_decode_accepted_tokens=spec["accepted"],
+                      spec_decode_per_position_acceptance_rates=spec["per_pos"])
+    for name, title, header in BENCH_METRICS:
+        if name not in metric_names:
+            continue
+        values = m["values"][name]
+        print("{s:{c}^{n}}".format(s=header, n=50, c="-"))
+        result[f"mean_{name}_ms"] = mean(values) * 1000
+        result[f"median_{name}_ms"] = percentile(values, 50) * 1000
+        result[f"std_{name}_ms"] = std(values) * 1000
+        bench_print("{:<10.2f}", f"Mean {title} (ms):", result[f"mean_{name}_ms"])
+        bench_print("{:<10.2f}", f"Median {title} (ms):", result[f"median_{name}_ms"])
+        for p in percentiles:
+            word = str(int(p)) if int(p) == p else str(p)
+            result[f"p{word}_{name}_ms"] = percentile(values, p) * 1000
+            bench_print("{:<10.2f}", f"P{word} {title} (ms):", result[f"p{word}_{name}_ms"])
+    if spec is not None:
+        print("{s:{c}^{n}}".format(s="Speculative Decoding", n=50, c="-"))
+        bench_print("{:<10.2f}", "Acceptance rate (%):", spec["rate"])
+        bench_print("{:<10.2f}", "Acceptance length:", spec["length"])
+        bench_print("{:<10}", "Drafts:", spec["drafts"])
+        bench_print("{:<10}", "Draft tokens:", spec["draft_tokens"])
+        bench_print("{:<10}", "Accepted tokens:", spec["accepted"])
+        if spec["per_pos"]:
+            print("Per-position acceptance (%):")
+            for i, rate in enumerate(spec["per_pos"]):
+                bench_print("{:<10.2f}", f"  Position {i}:", rate * 100)
+    print("=" * 50, flush=True)
+
+    if args.save_result:
+        name = args.result_filename or (
+            f"{args.label or args.backend}-{args.request_rate}qps"
+            f"{f'-concurrency{args.max_concurrency}' if args.max_concurrency is not None else ''}"
+            f"-{model_id.split('/')[-1]}-{result['date']}.json")
+        if args.result_dir:
+            os.makedirs(args.result_dir, exist_ok=True)
+            name = os.path.join(args.result_dir, name)
+        with open(name, "w", encoding="utf-8") as fh:
+            json.dump(result, fh)
+    return 0
+
+
 def main(argv):
     if len(argv) == 2 and argv[0] in ("--internal-engine", "--internal-worker"):
         chan = Channel(socket.socket(fileno=int(argv[1])))
@@ -1576,9 +2214,11 @@ def main(argv):
     if argv[:1] == ["--version"]:
         print(VERSION)
         return 0
+    if argv[:1] == ["bench"]:
+        return bench_main(argv[1:])
     if argv[:1] != ["serve"]:
-        print("usage: vllm serve MODEL [options]   (vLLM stand-in: only 'serve' is modelled)",
-              file=sys.stderr)
+        print("usage: vllm serve MODEL [options] | vllm bench serve [options]   (vLLM stand-in: "
+              "only 'serve' and 'bench serve' are modelled)", file=sys.stderr)
         return 2
     return api_main(argv[1:])
 
