@@ -19,11 +19,11 @@ from .figures import check_summary, decode_figures, rank_measured
 
 ALLREDUCE = "allreduce"
 _HIGHLIGHT = "#d62728"  # all-reduce: the one strong colour
-_PALETTE = ("#4c72b0", "#8da0cb", "#55a868", "#a6d854", "#c9b23c", "#8172b3", "#937860",
-            "#64b5cd", "#b0b0b0", "#da8bc3", "#606060", "#ccb974")
+PALETTE = ("#4c72b0", "#8da0cb", "#55a868", "#a6d854", "#c9b23c", "#8172b3", "#937860",
+           "#64b5cd", "#b0b0b0", "#da8bc3", "#606060", "#ccb974")
 
 
-def _save_png(fig, path: str | os.PathLike) -> Path:
+def save_png(fig, path: str | os.PathLike) -> Path:
     """Write ``fig`` to ``path`` as PNG atomically (a temporary file beside it, then a rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +92,7 @@ def write_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None =
     else:
         _draw(ax, ranks, cats)
     bars = len(ax.patches)
-    path = _save_png(fig, path)
+    path = save_png(fig, path)
     return {"path": str(path), "bars": bars, "ranks": [r.get("rank") for r in ranks], "categories": cats,
             "note": note}
 
@@ -102,7 +102,7 @@ def _draw(ax, ranks: list, cats: list[str]) -> None:
     labels = [f"rank {r.get('rank')}" for r in ranks]
     has = [rank_measured(r) and r.get("cuda_ms_per_step") is not None for r in ranks]
     bottoms = [0.0] * len(ranks)
-    colours = iter(_PALETTE * 4)
+    colours = iter(PALETTE * 4)
     for name in cats:
         live_x = [x for x in xs if has[x]]
         heights = [float(((ranks[x].get("categories") or {}).get(name) or {}).get("ms_per_step") or 0.0)
@@ -218,7 +218,7 @@ def write_steps_chart(summary: Mapping, path: str | os.PathLike, *, host: str | 
         handles = [Patch(facecolor=c, label=label) for label, c in STEP_PARTS]
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="//", label="left out of the steady state"))
         axes[0].legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    path = _save_png(fig, path)
+    path = save_png(fig, path)
     return {"path": str(path), "ranks": [r.get("rank") for r in ranks], "steps": drawn, "left_out": left,
             "note": note}
 
@@ -260,5 +260,5 @@ def write_floor_chart(floors: Mapping | list[Mapping], path: str | os.PathLike) 
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    path = _save_png(fig, path)
+    path = save_png(fig, path)
     return {"path": str(path), "sizes": len(sizes)}

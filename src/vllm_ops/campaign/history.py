@@ -133,13 +133,13 @@ def history_row(meta: Mapping, summary: Mapping) -> dict:
     return row
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, what: str = "history", error: type[Exception] = CampaignInputError) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (Mapping, list, tuple)):
-        raise CampaignInputError(f"a history cell must be a scalar, got {type(value).__name__}: {value!r}")
+        raise error(f"a {what} cell must be a scalar, got {type(value).__name__}: {value!r}")
     return str(value)
 
 
@@ -148,11 +148,28 @@ def append_history(path: str | os.PathLike, row: Mapping) -> bool:
     file is new or empty. Returns True when the header was written. Refuses, with
     :class:`CampaignInputError`, a file whose header is not :data:`COLUMNS` or a row with other keys.
     Concurrent appenders are serialized with an exclusive lock on the file."""
-    if not isinstance(row, Mapping) or tuple(row) != COLUMNS:
-        got = list(row) if isinstance(row, Mapping) else type(row).__name__
-        raise CampaignInputError(f"a history row needs exactly the columns {list(COLUMNS)}, got {got}")
-    line = io.StringIO()
-    csv.writer(line, lineterminator="\n").writerow([_cell(row[c]) for c in COLUMNS])
+    return append_csv_rows(path, [row], COLUMNS, added_columns=ADDED_COLUMNS)
+
+
+def append_csv_rows(path: str | os.PathLike, rows: list[Mapping], columns: tuple[str, ...], *,
+                    added_columns: tuple[str, ...] = (), what: str = "history",
+                    error: type[Exception] = CampaignInputError) -> bool:
+    """The shared appender of the project's CSV logs (campaign history, experiments): append
+    ``rows`` (each with exactly ``columns`` as keys, in order) to the CSV at ``path``, parents
+    created, the header first when the file is new or empty; True when the header was written.
+
+    All rows are checked before anything is written, and written under one exclusive lock on the
+    file (concurrent appenders are serialized). A file whose header differs from ``columns`` is
+    never appended to (``error``, naming the file and both headers), except a header that is
+    ``columns`` less some of ``added_columns`` at the end: that file is rewritten with the new
+    header first, its rows padded with empty cells."""
+    lines = io.StringIO()
+    writer = csv.writer(lines, lineterminator="\n")
+    for row in rows:
+        if not isinstance(row, Mapping) or tuple(row) != columns:
+            got = list(row) if isinstance(row, Mapping) else type(row).__name__
+            raise error(f"a {what} row needs exactly the columns {list(columns)}, got {got}")
+        writer.writerow([_cell(row[c], what, error) for c in columns])
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+", newline="", encoding="utf-8") as fh:
@@ -162,12 +179,12 @@ def append_history(path: str | os.PathLike, row: Mapping) -> bool:
         new = not first.strip()
         if not new:
             header = next(csv.reader([first]), [])
-            if tuple(header) != COLUMNS and _migratable(header):
-                _migrate(fh, header)
-            elif tuple(header) != COLUMNS:
-                raise CampaignInputError(
+            if tuple(header) != columns and _migratable(header, columns, added_columns):
+                _migrate(fh, header, columns)
+            elif tuple(header) != columns:
+                raise error(
                     f"{path}: its header differs from this version's columns, so nothing was appended "
-                    f"(file: {','.join(header)}; expected: {','.join(COLUMNS)}); move the file aside "
+                    f"(file: {','.join(header)}; expected: {','.join(columns)}); move the file aside "
                     "and a new one is started"
                 )
             fh.seek(0, os.SEEK_END)
@@ -176,26 +193,26 @@ def append_history(path: str | os.PathLike, row: Mapping) -> bool:
         if new:
             fh.seek(0)
             fh.truncate()
-            csv.writer(fh, lineterminator="\n").writerow(COLUMNS)
-        fh.write(line.getvalue())
+            csv.writer(fh, lineterminator="\n").writerow(columns)
+        fh.write(lines.getvalue())
     return new
 
 
-def _migratable(header: list[str]) -> bool:
-    """Whether ``header`` is this version's columns less some of :data:`ADDED_COLUMNS` at the end."""
+def _migratable(header: list[str], columns: tuple[str, ...], added: tuple[str, ...]) -> bool:
+    """Whether ``header`` is ``columns`` less some of the ``added`` columns at the end."""
     n = len(header)
-    return len(COLUMNS) - len(ADDED_COLUMNS) <= n < len(COLUMNS) and tuple(header) == COLUMNS[:n]
+    return len(columns) - len(added) <= n < len(columns) and tuple(header) == columns[:n]
 
 
-def _migrate(fh, header: list[str]) -> None:
-    """Rewrite the locked, open file with this version's header, each row padded with empty cells."""
+def _migrate(fh, header: list[str], columns: tuple[str, ...]) -> None:
+    """Rewrite the locked, open file with the new header, each row padded with empty cells."""
     fh.seek(0)
     rows = list(csv.reader(fh))[1:]
-    pad = [""] * (len(COLUMNS) - len(header))
+    pad = [""] * (len(columns) - len(header))
     fh.seek(0)
     fh.truncate()
     writer = csv.writer(fh, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    writer.writerow(columns)
     writer.writerows(row + pad for row in rows if row)
 
 

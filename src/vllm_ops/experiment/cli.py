@@ -1,0 +1,106 @@
+"""``vllm-experiment-report``: the controller-side files of an experiment (report.json, charts,
+CSV rows, headline). The playbook runs it with ``ansible.builtin.command`` on the controller.
+
+    vllm-experiment-report analyze DIR [--history CSV] [--template J2]
+    vllm-experiment-report combine --out OUT [--history CSV] [--template J2] DIR...
+
+Both write ``report.json`` (layout: :mod:`vllm_ops.experiment.report`), ``throughput.png`` and
+``tpot.png`` (into DIR, or OUT for a fleet), append the rows to the CSV when ``--history`` is
+given, write ``report.md`` when ``--template`` is given, and print the headline last.
+Exit status 0, or 2 with one line on stderr on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from .chart import write_throughput_chart, write_tpot_chart
+from .errors import ExperimentInputError
+from .history import COLUMN_DOCS, append_experiment
+from .inputs import load_experiment
+from .render import render_markdown
+from .report import build_report
+
+PROG = "vllm-experiment-report"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Report of an experiment: a baseline and variants benchmarked with vllm bench serve.",
+        epilog="Exit status: 0 on success, 2 on bad input or usage (one line on stderr).",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    csv_help = "append one row per variant and concurrency to this CSV, e.g. artifacts/HOST/experiments.csv"
+    a = sub.add_parser("analyze", help="one host's experiment directory -> report.json, charts, CSV rows",
+                       epilog="CSV columns: " + "; ".join(f"{k}: {v}" for k, v in COLUMN_DOCS.items()))
+    a.add_argument("dir", metavar="DIR", help="the experiment directory (experiment.json and bench/)")
+    a.add_argument("--history", metavar="CSV", help=csv_help)
+    a.add_argument("--template", metavar="J2", help="also render this template (experiment_report.md.j2) "
+                                                    "to report.md")
+    c = sub.add_parser("combine", help="several hosts' directories of one experiment -> one fleet report")
+    c.add_argument("dirs", nargs="+", metavar="DIR", help="one experiment directory per host")
+    c.add_argument("--out", required=True, metavar="OUT", help="directory for the combined files")
+    c.add_argument("--history", metavar="CSV", help=csv_help)
+    c.add_argument("--template", metavar="J2", help="also render this template to OUT/report.md")
+    return p
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write atomically: a temporary file beside ``path``, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    """Do one command; return the lines to print, the headline last."""
+    dirs = [args.dir] if args.command == "analyze" else args.dirs
+    out = Path(args.dir if args.command == "analyze" else args.out)
+    report = build_report([load_experiment(d) for d in dirs])
+    lines = []
+    _write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
+    lines.append(f"wrote {out / 'report.json'}")
+    t = write_throughput_chart(report, out / report["charts"]["throughput"])
+    lines.append(f"wrote {t['path']} ({t['lines']} lines)")
+    b = write_tpot_chart(report, out / report["charts"]["tpot"])
+    lines.append(f"wrote {b['path']} ({b['bars']} bars, {b['failed']} failed)")
+    if args.template:
+        _write_text(out / "report.md", render_markdown(report, args.template))
+        lines.append(f"wrote {out / 'report.md'}")
+    if args.history:
+        n = append_experiment(args.history, report)
+        lines.append(f"appended {n} rows to {args.history}")
+    lines.append(report["headline"])
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        lines = run(args)
+    except ExperimentInputError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an output could not be written
+        print(f"{PROG}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    with contextlib.suppress(BrokenPipeError):
+        print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

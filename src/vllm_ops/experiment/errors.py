@@ -1,0 +1,5 @@
+"""The one exception type the experiment front ends turn into a clean message."""
+
+
+class ExperimentInputError(ValueError):
+    """Bad input: the message names the file or field, what was wrong and what to do."""

@@ -1,0 +1,79 @@
+"""One CSV row per variant (the baseline too) and concurrency in ``artifacts/<host>/experiments.csv``.
+
+The columns are fixed (:data:`COLUMNS`, described in :data:`COLUMN_DOCS`); the file is appended
+with the campaign history's appender (:func:`vllm_ops.campaign.history.append_csv_rows`): one lock,
+header on a new file, and a file whose header differs is never appended to. An empty cell is a
+figure that was not measured, never a zero.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from ..campaign.history import append_csv_rows
+from .analysis import THROUGHPUT, TPOT
+from .errors import ExperimentInputError
+from .inputs import METRICS
+
+COLUMN_DOCS: dict[str, str] = {
+    "experiment_id": "the experiment's id",
+    "finished_at": "when the host's experiment finished, ISO 8601 UTC",
+    "host": "the host that measured the row",
+    "variant": "the variant's name ('baseline': the normal service, both rounds pooled)",
+    "settings": "the variant's environment and extra arguments in words (the baseline: the base settings)",
+    "status": "ok, failed (the variant failed, or no request completed at this point), not run (the experiment "
+              "stopped before the variant) or not measured (no run at this point)",
+    "category": "the variant's category (better, worse, trade-off, no change, not compared, failed, not run; "
+                "baseline)",
+    "concurrency": "requests in flight at once (vllm bench serve --max-concurrency)",
+    "runs": "benchmark runs at this point (repeats; both rounds for the baseline)",
+    **{m: f"{m} median over the runs" for m in METRICS},
+    "completed": "requests completed, sum over the runs",
+    "failed_requests": "requests failed, sum over the runs",
+    "tpot_change_pct": "median TPOT against the host's baseline, % (empty: baseline row or not compared)",
+    "tpot_noise_pct": "the noise band of that change, %",
+    "tpot_verdict": "better, worse, no change, failed or not compared",
+    "throughput_change_pct": "output throughput against the host's baseline, %",
+    "throughput_noise_pct": "the noise band of that change, %",
+    "throughput_verdict": "better, worse, no change, failed or not compared",
+    "spec_acceptance": "accepted / draft tokens of speculative decoding (empty: no drafts)",
+    "preemptions": "scheduler preemptions, sum over the runs (empty: the metric is absent)",
+    "baseline_host": "the host whose baseline the row is compared with",
+}
+COLUMNS: tuple[str, ...] = tuple(COLUMN_DOCS)
+
+
+def rows(report: Mapping) -> list[dict]:
+    """The CSV rows of a report (``report.json``'s dict): baselines first, then the variants."""
+    finished = {e["host"]: e["finished_at"] for e in report["experiments"]}
+    out = []
+    for entry in [*report["baselines"], *report["variants"]]:
+        for p in entry["points"]:
+            cmp = p.get("comparison") or {}
+            tpot, thr = cmp.get(TPOT) or {}, cmp.get(THROUGHPUT) or {}
+            status = entry["status"] if entry["status"] != "ok" else p["status"]
+            row = {
+                "experiment_id": report["id"], "finished_at": finished.get(entry["host"]), "host": entry["host"],
+                "variant": entry["name"], "settings": entry["settings"], "status": status,
+                "category": entry["category"], "concurrency": p["concurrency"], "runs": p["runs"],
+                **{m: p["metrics"][m]["center"] for m in METRICS},
+                "completed": p["completed"], "failed_requests": p["failed_requests"],
+                "tpot_change_pct": tpot.get("change_pct"), "tpot_noise_pct": tpot.get("noise_pct"),
+                "tpot_verdict": tpot.get("verdict"),
+                "throughput_change_pct": thr.get("change_pct"), "throughput_noise_pct": thr.get("noise_pct"),
+                "throughput_verdict": thr.get("verdict"),
+                "spec_acceptance": p["spec_decode"]["acceptance"], "preemptions": p["preemptions"],
+                "baseline_host": entry["host"],
+            }
+            assert tuple(row) == COLUMNS
+            out.append(row)
+    return out
+
+
+def append_experiment(path: str | os.PathLike, report: Mapping) -> int:
+    """Append the report's rows to the CSV at ``path``; returns how many. Refuses (nothing
+    written) a file whose header is not :data:`COLUMNS`."""
+    got = rows(report)
+    append_csv_rows(path, got, COLUMNS, what="experiments CSV", error=ExperimentInputError)
+    return len(got)
