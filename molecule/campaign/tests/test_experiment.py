@@ -1,0 +1,176 @@
+"""experiment.yml on the sandbox with the vLLM stand-in: the baseline and three variants
+(examples/experiments/sandbox.yml), the lock shared with the campaign, interruption and check mode.
+
+The stand-in answers `vllm bench serve` with a real client measuring its own streamed completions,
+and it models ngram speculation (molecule/resources/standin/README.md): that variant must win,
+NCCL_PROTO=LL128 (no NCCL in a stand-in) must be "no change", the draft model at a missing path
+must fail to load. Expected figures are computed here from the fetched benchmark JSON files.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import statistics
+import subprocess
+
+from testlib import ROOT, UNIT, assert_normal_service, run_playbook, wait_for
+
+LOCK = "/run/vllm-ops/campaign.lock"
+DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
+VARIANT_ENV = f"/etc/vllm/{UNIT}.variant.env"
+SANDBOX_EXAMPLE = "@" + str(ROOT / "examples/experiments/sandbox.yml")
+
+
+def experiment(tmp_path, *args):
+    artifacts = tmp_path / "artifacts"
+    play = run_playbook("experiment.yml", "-e", SANDBOX_EXAMPLE,
+                        "-e", json.dumps({"vllm_experiment_artifacts_dir": str(artifacts)}), *args)
+    return play, artifacts
+
+
+def invocation(host):
+    return host.check_output(f"systemctl show {UNIT} -p InvocationID --value")
+
+
+def center(directory, runs, variant, concurrency, key):
+    """The median over the runs of one figure of vllm bench serve's JSON, read here."""
+    values = [json.loads((directory / r["file"]).read_text())[key] for r in runs
+              if r["variant"] == variant and r["concurrency"] == concurrency]
+    assert values, (variant, concurrency)
+    return statistics.median(values), values
+
+
+def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host, tmp_path):
+    play, artifacts = experiment(tmp_path)
+    assert play.rc == 0, play.output[-5000:]
+    (directory,) = [p for p in (artifacts / "vllm-mol-campaign").iterdir() if p.is_dir()]
+    record = json.loads((directory / "experiment.json").read_text())
+    report = json.loads((directory / "report.json").read_text())
+    runs = record["runs"]
+
+    # Both baselines and the two variants that served, every point, every repeat.
+    for variant, rounds in (("baseline", {1, 2}), ("ngram", {1}), ("NCCL_PROTO=LL128", {1})):
+        for concurrency in (1, 4):
+            got = [r for r in runs if r["variant"] == variant and r["concurrency"] == concurrency]
+            assert {r["round"] for r in got} == rounds and len(got) == 2 * len(rounds), (variant, concurrency)
+    assert not [r for r in runs if r["variant"] == "draft-missing"]
+
+    # The change of ngram's median TPOT at concurrency 1, from the files themselves.
+    base, base_runs = center(directory, runs, "baseline", 1, "median_tpot_ms")
+    ngram, ngram_runs = center(directory, runs, "ngram", 1, "median_tpot_ms")
+    change = ngram / base - 1
+    band = max((max(abs(v - base) for v in base_runs) + max(abs(v - ngram) for v in ngram_runs)) / base, 0.05)
+    assert change < -band, "the stand-in's ngram speculation must be a clear win"
+    headline = play.result("Print the headline")["msg"]
+    assert headline.startswith(f"vllm-mol-campaign: best: ngram: TPOT {100 * change:+.1f}% "
+                               f"(+/-{100 * band:.1f}%) at concurrency 1; "), headline
+    assert "1 variant no change" in headline and "1 failed" in headline
+
+    by_name = {v["name"]: v for v in report["variants"]}
+    assert report["ranking"][0]["name"] == "ngram"
+    assert by_name["NCCL_PROTO=LL128"]["category"] == "no change"
+    assert by_name["draft-missing"]["category"] == "failed"
+    failure = by_name["draft-missing"]["failure"]
+    assert failure["stage"] == "load"
+    assert any("no-such-draft" in line for line in failure["journal"]), failure["journal"]
+
+    # Acceptance from the /metrics counters the module read around each run: the stand-in accepts
+    # round(3 x 0.6) = 2 of 3 draft tokens.
+    ngram_metrics = [r["metrics"] for r in runs if r["variant"] == "ngram"]
+    assert all(m["spec_decode_num_draft_tokens_total"] > 0 for m in ngram_metrics)
+    accepted = sum(m["spec_decode_num_accepted_tokens_total"] for m in ngram_metrics)
+    drafted = sum(m["spec_decode_num_draft_tokens_total"] for m in ngram_metrics)
+    assert accepted / drafted == 2 / 3
+
+    # The report, the charts, a row per variant (and the baseline) and concurrency.
+    text = (directory / "report.md").read_text()
+    assert headline.split(": ", 1)[1].split(" (")[0] in text
+    assert "no-such-draft" in text
+    for png in ("throughput.png", "tpot.png"):
+        assert (directory / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = list(csv.DictReader((artifacts / "vllm-mol-campaign" / "experiments.csv").open()))
+    assert sorted((r["variant"], r["concurrency"]) for r in rows) == sorted(
+        (v, c) for v in ("baseline", "ngram", "NCCL_PROTO=LL128", "draft-missing") for c in ("1", "4"))
+
+    # The host ends on the normal service; nothing of the experiment is left on it.
+    assert_normal_service(host)
+    assert not host.file(VARIANT_ENV).exists and not host.file(LOCK).exists
+    assert host.run("ls /var/lib/vllm-ops/experiments").stdout.strip() == ""
+    again = run_playbook("playbooks/restore.yml")
+    assert again.rc == 0 and again.changed == 0, again.changed_tasks
+
+
+def test_check_mode_changes_nothing_and_says_what_would_run(host, tmp_path):
+    before = invocation(host)
+    play, artifacts = experiment(tmp_path, "--check")
+    assert play.rc == 0, play.output[-4000:]
+    said = play.result("Say what a real run would do")["msg"]
+    assert "then 3 variant(s) (ngram, NCCL_PROTO=LL128, draft-missing), each a restart" in said
+    assert invocation(host) == before and not (artifacts / "vllm-mol-campaign").exists()
+
+
+def test_a_variant_that_sets_what_the_role_owns_is_refused_before_anything_changes(host, tmp_path):
+    before = invocation(host)
+    bad = {"vllm_experiment_variants": [{"name": "p", "extra_args": ["--port", "9000"]}]}
+    play, _ = experiment(tmp_path, "-e", json.dumps(bad))
+    assert play.rc != 0
+    message = play.result("Check the variants as the service's own settings are checked")["msg"]
+    assert "vllm_experiment_variants[p].extra_args sets --port, which the role sets itself (vllm_port)" in message
+    assert invocation(host) == before and not host.file(LOCK).exists
+
+
+def test_a_vllm_without_its_benchmark_is_refused_in_the_preflight(host, tmp_path):
+    before = invocation(host)
+    play, _ = experiment(tmp_path, "-e", "vllm_executable=/bin/false")
+    assert play.rc != 0
+    message = play.result("Check that vLLM's benchmark is there")["msg"]
+    assert message.startswith("/bin/false on vllm-mol-campaign has no working `vllm bench serve` (exit 1")
+    assert invocation(host) == before and not host.file(LOCK).exists
+
+
+def start_experiment(tmp_path, variants):
+    """experiment.yml in the background, in its own session (killed as a group)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    extra = {"vllm_experiment_artifacts_dir": str(tmp_path / "artifacts"), "vllm_experiment_variants": variants}
+    return subprocess.Popen(
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+         str(ROOT / "experiment.yml"), "-e", json.dumps(extra)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def test_a_campaign_during_an_experiment_fails_at_once(host, tmp_path):
+    first = start_experiment(tmp_path, [{"name": "NCCL_PROTO=Simple", "environment": {"NCCL_PROTO": "Simple"}}])
+    try:
+        wait_for(lambda: host.file(DROPIN).exists, "the variant to be applied", timeout_s=180)
+        lock = json.loads(host.file(LOCK).content_string)
+        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(tmp_path / "c")}))
+        assert play.rc != 0
+        message = play.result("Take the host's campaign lock")["msg"]
+        assert f"campaign {lock['campaign_id']}, started {lock['started_at']}" in message
+        second = run_playbook("experiment.yml", "-e", json.dumps({
+            "vllm_experiment_artifacts_dir": str(tmp_path / "e"),
+            "vllm_experiment_variants": [{"name": "x", "environment": {"NCCL_PROTO": "LL128"}}]}))
+        assert second.rc != 0 and "Take the host's campaign lock" in second.output
+    finally:
+        output, _ = first.communicate(timeout=900)
+    assert first.returncode == 0, output[-4000:]
+
+
+def test_an_interrupted_experiment_is_restored_by_restore_yml(host, tmp_path):
+    first = start_experiment(tmp_path, [{"name": "NCCL_PROTO=Simple", "environment": {"NCCL_PROTO": "Simple"}}])
+    try:
+        wait_for(lambda: host.file(DROPIN).exists, "the variant to be applied", timeout_s=180)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.communicate()
+    play = run_playbook("playbooks/restore.yml")
+    assert play.rc == 0, play.output[-4000:]
+    assert_normal_service(host)
+    assert not host.file(VARIANT_ENV).exists
+    main_pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
+    assert "NCCL_PROTO=LL\x00" in host.file(f"/proc/{main_pid}/environ").content_string
+    again = run_playbook("playbooks/restore.yml")
+    assert again.rc == 0 and again.changed == 0, again.changed_tasks

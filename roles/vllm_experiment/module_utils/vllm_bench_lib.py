@@ -1,0 +1,97 @@
+"""What the experiment's benchmark module does on the host, in plain functions (unit-tested).
+
+Standard library only: it runs on the vLLM hosts with their own Python.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+# /metrics counters an experiment reads before and after each run (vLLM 0.32 names, without the
+# ``vllm:`` prefix). Absent ones stay absent: spec_decode_* exist only on a speculating server.
+COUNTERS = (
+    "spec_decode_num_drafts_total",
+    "spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens_total",
+    "num_preemptions_total",
+    "request_success_total",
+)
+
+# ``name{labels} value [timestamp]`` of the Prometheus text format; labels may hold spaces and braces
+# inside quotes.
+_SAMPLE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(?P<value>\S+)')
+
+
+def counters(text, names=COUNTERS, prefix="vllm:"):
+    """Sum each counter in ``names`` over its label sets, from Prometheus text; absent: not a key."""
+    wanted = {prefix + name: name for name in names}
+    found = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if not match or match.group("name") not in wanted:
+            continue
+        try:
+            value = float(match.group("value"))
+        except ValueError:
+            continue
+        key = wanted[match.group("name")]
+        found[key] = found.get(key, 0.0) + value
+    return found
+
+
+def deltas(before, after):
+    """``after - before`` for each counter present after (a counter reset reads as after alone)."""
+    out = {}
+    for name, value in after.items():
+        delta = value - before.get(name, 0.0)
+        out[name] = value if delta < 0 else delta
+    return out
+
+
+def read_metrics(url, timeout_s=10.0):
+    """The counters of a server's /metrics page ({} when it does not answer: said by the caller)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            return counters(answer.read().decode("utf-8", "replace"))
+    except OSError:
+        return None
+
+
+def bench_argv(params):
+    """The ``vllm bench serve`` command line for one point of an experiment."""
+    argv = [
+        params["executable"], "bench", "serve",
+        "--base-url", params["base_url"],
+        "--model", params["model"],
+        "--tokenizer", params["tokenizer"],
+        "--dataset-name", "random",
+        "--random-input-len", str(params["input_len"]),
+        "--random-output-len", str(params["output_len"]),
+        "--num-prompts", str(params["num_prompts"]),
+        "--max-concurrency", str(params["concurrency"]),
+        "--request-rate", "inf",
+        "--ignore-eos",
+        "--num-warmups", str(params["warmups"]),
+        "--seed", str(params["seed"]),
+        "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,90,99",
+        "--save-result",
+        "--result-dir", params["result_dir"],
+        "--result-filename", params["result_filename"],
+    ]
+    return argv + [str(a) for a in params.get("extra_args") or []]
+
+
+def summary(result):
+    """The few figures of a result worth a line in the play's output."""
+    keys = ("completed", "failed", "median_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "output_throughput")
+    return {key: result.get(key) for key in keys}
+
+
+def load_result(path):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)

@@ -1,0 +1,65 @@
+"""The experiment's benchmark helpers on the host: /metrics counters and the bench command line."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from pathlib import Path
+
+LIB = Path(__file__).resolve().parents[3] / "roles/vllm_experiment/module_utils/vllm_bench_lib.py"
+spec = importlib.util.spec_from_file_location("vllm_bench_lib", LIB)
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+# As vLLM 0.32 writes them (read from its CPU build), with a speculating server's counters.
+METRICS = """\
+# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="tiny-llama"} 2.0
+vllm:num_preemptions_created{engine="0",model_name="tiny-llama"} 1.7961341266811736e+09
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="tiny-llama"} 1.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny-llama"} 8.0
+vllm:spec_decode_num_drafts_total{engine="0",model_name="a {b} c"} 30.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="tiny-llama"} 90.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny-llama"} 60.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny-llama",position="0"} 25.0
+vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 128.0
+"""
+
+
+def test_counters_are_summed_over_their_label_sets():
+    assert bench.counters(METRICS) == {
+        "num_preemptions_total": 2.0,
+        "request_success_total": 9.0,  # stop + length
+        "spec_decode_num_drafts_total": 30.0,  # a label value with braces and spaces
+        "spec_decode_num_draft_tokens_total": 90.0,
+        "spec_decode_num_accepted_tokens_total": 60.0,  # not the per-position counter
+    }
+
+
+def test_a_server_without_speculation_has_no_spec_decode_counters():
+    plain = "\n".join(line for line in METRICS.splitlines() if "spec_decode" not in line)
+    assert set(bench.counters(plain)) == {"num_preemptions_total", "request_success_total"}
+
+
+def test_deltas_over_a_run_and_a_counter_reset():
+    before = {"request_success_total": 9.0, "num_preemptions_total": 2.0}
+    after = {"request_success_total": 17.0, "num_preemptions_total": 1.0, "spec_decode_num_drafts_total": 4.0}
+    # A counter lower than before was reset (a restart): its new value is what the run counted.
+    assert bench.deltas(before, after) == {"request_success_total": 8.0, "num_preemptions_total": 1.0,
+                                          "spec_decode_num_drafts_total": 4.0}
+
+
+def test_the_bench_command_is_vllms_with_a_fixed_load():
+    argv = bench.bench_argv({
+        "executable": "/opt/vllm/venv/bin/vllm", "base_url": "http://127.0.0.1:8000", "model": "kimi-k2.5",
+        "tokenizer": "/models/k", "input_len": 1024, "output_len": 256, "num_prompts": 64, "concurrency": 8,
+        "warmups": 4, "seed": 0, "result_dir": "/var/lib/x/01", "result_filename": "c8-r1.json",
+        "extra_args": ["--temperature", 0]})
+    assert argv[:3] == ["/opt/vllm/venv/bin/vllm", "bench", "serve"]
+    flags = dict(itertools.pairwise(argv[3:]))
+    assert flags["--max-concurrency"] == "8" and flags["--num-prompts"] == "64"
+    assert flags["--request-rate"] == "inf" and flags["--dataset-name"] == "random"
+    assert flags["--random-input-len"] == "1024" and flags["--random-output-len"] == "256"
+    assert "--ignore-eos" in argv and "--save-result" in argv
+    assert argv[-2:] == ["--temperature", "0"]
