@@ -7,7 +7,7 @@ therefore keeps only what the analysis needs, in compact form:
 
 * every GPU activity (``kernel``, ``gpu_memcpy``, ``gpu_memset``) as one fixed-size record
   (``ts``, ``dur``, activity name id, correlation id: 28 bytes, ``_SPILL``), spilled through
-  a buffered writer to a file in a private temporary directory; the activity names are
+  a buffered writer to an unlinked temporary file (:class:`.spill.Table`); the activity names are
   interned (a table sized by the number of distinct names);
 * every kernel launch or copy/set call on the host (``cuda_runtime``/``cuda_driver`` events
   whose names :data:`LAUNCH_NAME` describes: ``cudaLaunchKernel``, ``cuLaunchKernelEx``,
@@ -22,12 +22,17 @@ therefore keeps only what the analysis needs, in compact form:
 * for the activities whose name ``keep_calls`` selects (the all-reduce kernels), the
   collective's arguments NCCL records: element count, dtype and process group.
 
-At the end the two spill files are read back as numpy arrays (:attr:`TraceData.acts`,
-:attr:`TraceData.launches`) and the temporary directory is removed (on error too). What a
-rank costs in memory is thus those arrays (44 bytes per GPU activity and launch call, so
-about 17 MB for a rank of 381k activities, whose JSON is 865 MB), one decompressed chunk
-(4 MiB), the head and tail kept to find ``distributedInfo``, and the small tables; every CPU
-operator, Python stack frame and flow arrow is dropped as it streams by.
+The two spills are :class:`.spill.Table` s (unlinked temporary files: nothing is left behind,
+however the process ends) that stay on disk: :attr:`TraceData.act_table` and
+:attr:`TraceData.launch_table`, which :mod:`.timeline` reads back a bounded chunk at a time
+(``spill.CHUNK_ROWS`` records). What a rank costs in memory while it is read is thus one
+decompressed chunk (4 MiB) and the spill writers' buffers, the head and tail kept to find
+``distributedInfo``, and the small tables (annotation spans, names, collective arguments, graph
+launches: sized by steps, names and calls, not by activities); every CPU operator, Python stack
+frame and flow arrow is dropped as it streams by, and the activities and launches are not held
+in memory at all. :meth:`TraceData.close` gives the spills' space back (so does garbage
+collection); :attr:`TraceData.acts` and :attr:`TraceData.launches` load a whole spill, for tests
+and small traces only.
 
 Two parsers share one result type:
 
@@ -64,6 +69,7 @@ from isal import igzip, isal_zlib
 
 from .annotations import StepMatcher, StepName
 from .errors import TraceInputError
+from .spill import Table, zip_chunks
 
 GPU_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -158,8 +164,9 @@ class Span:
 @dataclass
 class TraceData:
     """What one rank's file contributes to the summary: small tables, the step spans, and
-    the GPU activities and host launch calls as numpy arrays (``ACT_DTYPE``,
-    ``LAUNCH_DTYPE``, in file order)."""
+    the GPU activities and host launch calls as tables on disk (``ACT_DTYPE``,
+    ``LAUNCH_DTYPE``, in file order; :mod:`.spill`). Close it (or use it as a context
+    manager) to give the tables' disk space back."""
 
     path: str
     parser: str = ""
@@ -179,9 +186,30 @@ class TraceData:
     # activity row (in acts) -> (element count, dtype, process group) of a kept collective call
     collective_args: dict[int, tuple[int | None, str | None, str | None]] = field(default_factory=dict)
     process_groups: dict[str, int] = field(default_factory=dict)  # distributedInfo.pg_config: name -> size
-    acts: np.ndarray = field(default_factory=lambda: np.zeros(0, ACT_DTYPE))
-    launches: np.ndarray = field(default_factory=lambda: np.zeros(0, LAUNCH_DTYPE))
+    act_table: Table | None = None  # the GPU activities, ACT_DTYPE, file order
+    launch_table: Table | None = None  # the host launch calls, LAUNCH_DTYPE, file order
     bad_events: int = 0
+
+    def close(self) -> None:
+        for t in (self.act_table, self.launch_table):
+            if t is not None:
+                t.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def acts(self) -> np.ndarray:
+        """Every GPU activity, loaded whole (tests and small traces; the summary streams)."""
+        return self.act_table.load() if self.act_table is not None else np.zeros(0, ACT_DTYPE)
+
+    @property
+    def launches(self) -> np.ndarray:
+        """Every launch call, loaded whole (tests and small traces; the summary streams)."""
+        return self.launch_table.load() if self.launch_table is not None else np.zeros(0, LAUNCH_DTYPE)
 
     @property
     def graph_launch_corr(self) -> list[int]:
@@ -191,10 +219,13 @@ class TraceData:
     def graph_launches_without_activity(self) -> int:
         """Graph launches whose correlation no recorded GPU activity carries: their kernels
         are missing from the trace."""
-        if not self.graph_launches:
-            return 0
-        seen = set(np.unique(self.acts["corr"]).tolist())
-        return sum(1 for _, c in self.graph_launches if c not in seen)
+        if not self.graph_launches or self.act_table is None:
+            return len(self.graph_launches)
+        corr = np.array(self.graph_launch_corr, np.int64)
+        seen = np.zeros(len(corr), bool)
+        for _, acts in zip_chunks(self.act_table):
+            seen |= np.isin(corr, acts["corr"])
+        return int((~seen).sum())
 
 
 def rank_from_filename(path: str) -> int | None:
@@ -316,24 +347,32 @@ def read_trace(path: str, matcher: StepMatcher | None = None, parser: str = "aut
 
 def _read(path, matcher, keep_calls, parser, scan) -> TraceData:
     b = _Builder(path, matcher, parser, keep_calls)
-    with _Stream(path) as stream:
-        # _Stream turns its own OSErrors into TraceInputError: what is left is the spill's.
-        try:
-            with tempfile.TemporaryDirectory(prefix="vllm-trace-") as tmp:
-                acts_path, launch_path = os.path.join(tmp, "activities.bin"), os.path.join(tmp, "launches.bin")
-                with open(acts_path, "wb", buffering=_SPILL_BUFFER) as spill, \
-                        open(launch_path, "wb", buffering=_SPILL_BUFFER) as launches:
-                    b.spill, b.launch_spill = spill, launches
+    tables: list[Table] = []
+    try:
+        with _Stream(path) as stream:
+            # _Stream turns its own OSErrors into TraceInputError: what is left is the spill's.
+            try:
+                acts = Table(ACT_DTYPE)
+                tables.append(acts)
+                launches = Table(LAUNCH_DTYPE)
+                tables.append(launches)
+                with acts.writer(_SPILL_BUFFER) as spill, launches.writer(_SPILL_BUFFER) as launch_spill:
+                    b.spill, b.launch_spill = spill, launch_spill
                     scan(stream, b)
                     b.spill = b.launch_spill = None
-                b.data.acts = np.fromfile(acts_path, dtype=ACT_DTYPE)
-                b.data.launches = np.fromfile(launch_path, dtype=LAUNCH_DTYPE)
-        except OSError as exc:
-            raise TraceInputError(f"{path}: cannot spill GPU activities to a temporary file "
-                                  f"({tempfile.gettempdir()}): {exc.strerror or exc}") from None
-        except struct.error:
-            raise TraceInputError(f"{path}: a correlation id is beyond 64 bits") from None
-        return b.finish(stream)
+                acts.sync_rows()
+                launches.sync_rows()
+            except OSError as exc:
+                raise TraceInputError(f"{path}: cannot spill GPU activities to a temporary file "
+                                      f"({tempfile.gettempdir()}): {exc.strerror or exc}") from None
+            except struct.error:
+                raise TraceInputError(f"{path}: a correlation id is beyond 64 bits") from None
+            b.data.act_table, b.data.launch_table = acts, launches
+            return b.finish(stream)
+    except BaseException:
+        for t in tables:
+            t.close()
+        raise
 
 
 class _Builder:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from statistics import fmean
@@ -135,11 +136,13 @@ def _rank_worker(task) -> tuple[bool, object]:
     path, decode_pattern, prefill_pattern, rules, top, parser = task
     try:
         classifier = Classifier(rules)
-        data = read_trace(path, StepMatcher(decode_pattern, prefill_pattern), parser=parser,
-                          keep_calls=allreduce_calls(classifier))
-        return True, summarize_rank(data, classifier, top)
+        with read_trace(path, StepMatcher(decode_pattern, prefill_pattern), parser=parser,
+                        keep_calls=allreduce_calls(classifier)) as data:
+            return True, summarize_rank(data, classifier, top)
     except TraceInputError as exc:
         return False, str(exc)
+    except OSError as exc:  # the per-step analysis' tables on disk (the reader's own are reported above)
+        return False, f"{path}: cannot write a temporary file ({tempfile.gettempdir()}): {exc.strerror or exc}"
 
 
 def allreduce_calls(classifier: Classifier):
@@ -163,7 +166,15 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
         "categories": classifier.categories, "sets": {},
     }
     launch_ts = timeline.launch_times(data)
-    out["activities_without_launch"] = int(np.isnan(launch_ts).sum())
+    try:
+        _summarize_sets(data, classifier, top, launch_ts, out)
+    finally:
+        launch_ts.close()
+    return out
+
+
+def _summarize_sets(data: TraceData, classifier: Classifier, top: int, launch_ts, out: dict) -> None:
+    out["activities_without_launch"] = sum(int(np.isnan(lt).sum()) for _, lt in launch_ts.chunks())
     primary = ([s for s in data.gpu_spans if s.step.phase], [s for s in data.cpu_spans if s.step.phase])
     fallback = ([s for s in data.gpu_spans if not s.step.phase], [s for s in data.cpu_spans if not s.step.phase])
     for key, (gpu, cpu) in (("primary", primary), ("fallback", fallback)):
@@ -172,21 +183,24 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
         if not gpu and not cpu:
             continue
         rows = timeline.pick_steps(data, gpu, cpu, launch_ts)
-        table = timeline.step_table(data, classifier, rows)
-        cats = timeline.name_categories(data, classifier)
-        per_phase = {}
-        for phase in (DECODE, PREFILL, MIXED):
-            idx = np.array([s["index"] for s in table if s["phase"] == phase], np.int64)
-            tot, cnt = timeline.kernel_totals(data, rows, idx)
-            ranked = sorted((i for i in range(len(data.names)) if cnt[i]), key=lambda i: (-tot[i], data.names[i]))
-            per_phase[phase] = [(data.names[i], cats[i], float(tot[i]), int(cnt[i])) for i in ranked[:top]]
+        try:
+            table = timeline.step_table(data, classifier, rows)
+            cats = timeline.name_categories(data, classifier)
+            per_phase = {}
+            for phase in (DECODE, PREFILL, MIXED):
+                idx = np.array([s["index"] for s in table if s["phase"] == phase], np.int64)
+                tot, cnt = timeline.kernel_totals(data, rows, idx)
+                ranked = sorted((i for i in range(len(data.names)) if cnt[i]),
+                                key=lambda i: (-tot[i], data.names[i]))
+                per_phase[phase] = [(data.names[i], cats[i], float(tot[i]), int(cnt[i])) for i in ranked[:top]]
+            calls = timeline.allreduce_calls(data, classifier, rows)
+        finally:
+            rows.close()
         nccl = re.compile(NCCL_ALLREDUCE_PATTERN)
-        calls = timeline.allreduce_calls(data, classifier, rows)
         is_nccl = {n: bool(nccl.search(n)) for n in set(calls["name"])}
         calls["nccl"] = [is_nccl[n] for n in calls["name"]]
         out["sets"][key] = {"steps_from": rows.steps_from, "steps": table, "calls": calls, "top": per_phase,
                             "overlapping_spans": _overlaps(rows.spans)}
-    return out
 
 
 def _overlaps(spans) -> int:

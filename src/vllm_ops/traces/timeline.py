@@ -46,11 +46,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import spill
 from .annotations import DECODE
 from .categories import ALLREDUCE, Classifier
-from .reader import Span, TraceData
+from .reader import ACT_DTYPE, LAUNCH_DTYPE, Span, TraceData
+from .spill import Table, partition, zip_chunks
 
 COMMUNICATION = ("collective", ALLREDUCE)
+# Keys of the counting sorts by correlation and by time: fine bins over the value range, merged
+# into batches of at most spill.CHUNK_ROWS records.
+_FINE_BINS = 4096
+# One activity inside a step, as the per-step passes read it: the activity, its launch time
+# (nan: unknown), its row in the file and its step.
+STEP_DTYPE = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("nid", "<u4"), ("corr", "<i8"), ("lts", "<f8"),
+                       ("row", "<i8"), ("step", "<i4")])
+_TIME_DTYPE = np.dtype([("ts", "<f8"), ("dur", "<f8")])
 
 
 def busy_priority(classifier: Classifier) -> list[str]:
@@ -62,13 +72,25 @@ def busy_priority(classifier: Classifier) -> list[str]:
 
 @dataclass
 class StepRows:
-    """The steps of one rank, one entry per step in time order (numpy arrays, µs)."""
+    """The steps of one rank, one entry per step in time order, and the activities by step,
+    on disk (:mod:`.spill`): read a batch of whole steps at a time."""
 
     spans: list[Span]
     steps_from: str
     cpu: list[Span | None]
-    act_step: np.ndarray  # per activity row: step index, -1 outside every step
-    launch_ts: np.ndarray  # per activity row: launch time on the host, nan where unknown
+    step_of: Table  # per activity row (file order): step index (int32), -1 outside every step
+    by_step: Table  # the activities inside steps (STEP_DTYPE), by step; file order within a step
+    batches: list[tuple[int, int]]  # row ranges of by_step that hold whole steps
+    counts: np.ndarray  # activities per step
+
+    def close(self) -> None:
+        self.step_of.close()
+        self.by_step.close()
+
+    def batch(self, lo: int, hi: int) -> np.ndarray:
+        """One batch of ``by_step``, sorted by (step, start), ties in file order."""
+        r = self.by_step.read(lo, hi)
+        return r[np.lexsort((r["ts"], r["step"]))]
 
 
 def name_categories(data: TraceData, classifier: Classifier) -> list[str]:
@@ -76,23 +98,70 @@ def name_categories(data: TraceData, classifier: Classifier) -> list[str]:
     return [classifier.classify(name, cat) for name, cat in zip(data.names, data.name_cats, strict=True)]
 
 
-def launch_times(data: TraceData) -> np.ndarray:
-    """The host launch time of each activity (nan where no launch call carries its
-    correlation); of several calls with one correlation, the earliest (the runtime call
-    around a driver call)."""
-    acts, launches = data.acts, data.launches
-    out = np.full(len(acts), np.nan)
-    if not len(acts) or not len(launches):
-        return out
-    order = np.lexsort((launches["ts"], launches["corr"]))
-    corr, ts = launches["corr"][order], launches["ts"][order]
-    first = np.ones(len(corr), bool)
-    first[1:] = corr[1:] != corr[:-1]
-    corr, ts = corr[first], ts[first]
-    idx = np.searchsorted(corr, acts["corr"])
-    idx[idx >= len(corr)] = len(corr) - 1
-    hit = (corr[idx] == acts["corr"]) & (acts["corr"] >= 0)
-    out[hit] = ts[idx[hit]]
+def _acts(data: TraceData) -> Table:
+    if data.act_table is None:
+        data.act_table = Table(ACT_DTYPE)
+    return data.act_table
+
+
+def launch_times(data: TraceData) -> Table:
+    """The host launch time of each activity (float64 per activity row, file order, on disk;
+    nan where no launch call carries its correlation); of several calls with one correlation,
+    the earliest (the runtime call around a driver call).
+
+    The launch calls are sorted by correlation on disk (a counting sort over bins of the
+    correlation's range, each batch then sorted in memory); the activities then look their
+    correlation up chunk by chunk, reading the batch they need (correlations follow the file
+    order closely, so the batch read last is kept)."""
+    acts, launches = _acts(data), data.launch_table
+    out = Table(np.float64)
+    try:
+        if launches is None or not launches.rows:
+            for _, a in acts.chunks():
+                out.append(np.full(len(a), np.nan))
+            return out
+        lo = min(int(c["corr"].min()) for _, c in launches.chunks())
+        hi = max(int(c["corr"].max()) for _, c in launches.chunks())
+        width = (hi - lo) // _FINE_BINS + 1
+        counts = np.zeros(_FINE_BINS, np.int64)
+        for _, c in launches.chunks():
+            counts += np.bincount((c["corr"] - lo) // width, minlength=_FINE_BINS)
+        part, batches = partition((((c["corr"] - lo) // width, c) for _, c in launches.chunks()), counts,
+                                  spill.CHUNK_ROWS, LAUNCH_DTYPE)
+        first = Table(LAUNCH_DTYPE)
+        try:
+            starts = []
+            for b_lo, b_hi in batches:
+                calls = part.read(b_lo, b_hi)
+                calls = calls[np.lexsort((calls["ts"], calls["corr"]))]
+                keep = np.ones(len(calls), bool)
+                keep[1:] = calls["corr"][1:] != calls["corr"][:-1]
+                starts.append(first.rows)
+                first.append(calls[keep])
+            starts.append(first.rows)
+            batch_of = spill.key_batches(counts, batches)
+            cached, table = -1, None
+            for _, a in acts.chunks():
+                corr = a["corr"]
+                lt = np.full(len(a), np.nan)
+                valid = (corr >= lo) & (corr <= hi)
+                b = np.full(len(a), -1, np.int64)
+                b[valid] = batch_of[(corr[valid] - lo) // width]
+                for k in np.unique(b[valid]).tolist():
+                    if k != cached:
+                        cached, table = k, first.read(starts[k], starts[k + 1])
+                    m = b == k
+                    c = corr[m]
+                    idx = np.searchsorted(table["corr"], c)
+                    idx[idx >= len(table)] = len(table) - 1
+                    lt[m] = np.where(table["corr"][idx] == c, table["ts"][idx], np.nan)
+                out.append(lt)
+        finally:
+            part.close()
+            first.close()
+    except BaseException:
+        out.close()
+        raise
     return out
 
 
@@ -119,12 +188,13 @@ def _in_spans(times: np.ndarray, spans: list[Span]) -> np.ndarray:
     return out
 
 
-def pick_steps(data: TraceData, spans_gpu: list[Span], spans_cpu: list[Span], launch_ts: np.ndarray) -> StepRows:
+def pick_steps(data: TraceData, spans_gpu: list[Span], spans_cpu: list[Span], launch_ts: Table) -> StepRows:
     """Attribute the activities to steps (GPU spans when there are any, else CPU spans by
-    correlation) and pair each step with its CPU annotation."""
+    correlation) and pair each step with its CPU annotation. Two passes over the activities:
+    one finds each one's step and counts them per step, one writes them by step (a counting
+    sort into batches of whole steps, :func:`.spill.partition`)."""
     if spans_gpu:
         spans = sorted(spans_gpu, key=lambda s: s.ts)
-        act_step = _in_spans(data.acts["ts"], spans)
         by_ext = {s.ext: s for s in spans_cpu if s.ext >= 0}
         cpu_sorted = sorted(spans_cpu, key=lambda s: s.ts)
         if all(s.ext in by_ext for s in spans):
@@ -133,9 +203,32 @@ def pick_steps(data: TraceData, spans_gpu: list[Span], spans_cpu: list[Span], la
             cpu = cpu_sorted
         else:
             cpu = [None] * len(spans)
-        return StepRows(spans, "gpu_user_annotation", cpu, act_step, launch_ts)
-    spans = sorted(spans_cpu, key=lambda s: s.ts)
-    return StepRows(spans, "user_annotation", list(spans), _in_spans(launch_ts, spans), launch_ts)
+        steps_from = "gpu_user_annotation"
+    else:
+        spans = sorted(spans_cpu, key=lambda s: s.ts)
+        cpu, steps_from = list(spans), "user_annotation"
+    acts, n = _acts(data), len(spans)
+    step_of = Table(np.int32)
+    try:
+        counts = np.zeros(n, np.int64)
+        for _, a, lt in zip_chunks(acts, launch_ts):
+            step = _in_spans(a["ts"] if spans_gpu else lt, spans)
+            step_of.append(step.astype(np.int32))
+            counts += np.bincount(step[step >= 0], minlength=n)
+
+        def records():
+            for lo, a, lt, step in zip_chunks(acts, launch_ts, step_of):
+                r = np.empty(len(a), STEP_DTYPE)
+                for k in ("ts", "dur", "nid", "corr"):
+                    r[k] = a[k]
+                r["lts"], r["row"], r["step"] = lt, np.arange(lo, lo + len(a)), step
+                yield step, r
+
+        by_step, batches = partition(records(), counts, _BATCH_ROWS, STEP_DTYPE)
+    except BaseException:
+        step_of.close()
+        raise
+    return StepRows(spans, steps_from, cpu, step_of, by_step, batches, counts)
 
 
 def _group_union(s: np.ndarray, e: np.ndarray, g: np.ndarray, n: int, base: np.ndarray):
@@ -167,20 +260,6 @@ def _group_union(s: np.ndarray, e: np.ndarray, g: np.ndarray, n: int, base: np.n
 _BATCH_ROWS = 1 << 16
 
 
-def _batches(g: np.ndarray, limit: int):
-    """(lo, hi) row ranges of ``g`` (sorted) that hold whole groups and, where a group allows,
-    at most ``limit`` rows."""
-    if not len(g):
-        return
-    bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True])  # group starts, then the end
-    lo = 0
-    while lo < len(g):
-        j = np.searchsorted(bounds, lo + limit, side="right") - 1
-        hi = int(bounds[j]) if bounds[j] > lo else int(bounds[np.searchsorted(bounds, lo, side="right")])
-        yield lo, hi
-        lo = hi
-
-
 def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[dict]:
     """One dict per step (see the module docstring), all times in ms; the cross-rank
     all-reduce fields are left for :mod:`.collectives` to fill in."""
@@ -188,38 +267,38 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
     n = len(spans)
     if not n:
         return []
-    acts = data.acts
     cats = name_categories(data, classifier)
     order_cats = busy_priority(classifier)
+    n_cats = len(order_cats)
     cat_index = {c: i for i, c in enumerate(order_cats)}
     name_cat = np.array([cat_index[c] for c in cats], np.int16) if cats else np.zeros(0, np.int16)
-    sel = np.flatnonzero(rows.act_step >= 0).astype(np.int32)
-    g = rows.act_step[sel].astype(np.int32)
-    ts, dur = acts["ts"][sel], acts["dur"][sel]
-    order = np.lexsort((ts, g))
-    sel, g, ts, dur = sel[order], g[order], ts[order], dur[order]
-    end = ts + dur
-    acat = name_cat[acts["nid"][sel]] if len(sel) else np.zeros(0, np.int16)
-    counts = np.bincount(g, minlength=n)
+    ar_k = cat_index.get(ALLREDUCE)
+    counts = rows.counts
     has = counts > 0
     wstart = np.full(n, np.nan)
     wend = np.full(n, np.nan)
-    if len(sel):
-        bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-        wstart[g[bounds]] = np.minimum.reduceat(ts, bounds)
-        wend[g[bounds]] = np.maximum.reduceat(end, bounds)
-    base = np.where(has, wstart, 0.0)
-    lt_all = rows.launch_ts[sel] if len(sel) else np.zeros(0)
     busy, idle_host, launch_known, gaps_per_step = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
-    by_cat = np.zeros((len(order_cats), n))
-    # In batches of whole steps, so that the temporaries stay small whatever the trace's size.
-    for lo, hi in _batches(g, _BATCH_ROWS):
-        bs, be, bg, bc = ts[lo:hi], end[lo:hi], g[lo:hi], acat[lo:hi]
-        u, gap_g, gap_s, gap_e, gap_rows = _group_union(bs, be, bg, n, base)
+    by_cat = np.zeros((n_cats, n))
+    kernel_sum, ar_sum, ar_calls = np.zeros(n), np.zeros(n), np.zeros(n, np.int64)
+    kcat = np.zeros(n * n_cats)
+    # In batches of whole steps read from disk, so that memory stays bounded whatever the
+    # trace's size. Each step lies in one batch, so every per-step sum adds the same numbers in
+    # the same order as over all the activities at once.
+    for lo, hi in rows.batches:
+        r = rows.batch(lo, hi)
+        g, bs, dur, lt_all = r["step"], r["ts"], r["dur"], r["lts"]
+        be = bs + dur
+        bc = name_cat[r["nid"]]
+        del r
+        bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+        wstart[g[bounds]] = np.minimum.reduceat(bs, bounds)
+        wend[g[bounds]] = np.maximum.reduceat(be, bounds)
+        base = np.where(has, wstart, 0.0)
+        u, gap_g, gap_s, gap_e, gap_rows = _group_union(bs, be, g, n, base)
         busy += u
         if len(gap_rows):
             # idle while the host had not launched the next activity yet
-            lt = lt_all[lo:hi][gap_rows]
+            lt = lt_all[gap_rows]
             known = ~np.isnan(lt)
             idle_host += np.bincount(gap_g, weights=np.where(known & (lt > gap_s), gap_e - gap_s, 0.0),
                                      minlength=n)
@@ -227,26 +306,26 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
             gaps_per_step += np.bincount(gap_g, minlength=n)
         # busy time per category, by priority: |U(first k)| - |U(first k-1)|. Where no two
         # categories overlap in a step (the common case: one stream), that is each category's union.
-        part = np.zeros((len(order_cats), n))
+        part = np.zeros((n_cats, n))
         for k in np.unique(bc):
             mask = bc == k
-            part[k] = _group_union(bs[mask], be[mask], bg[mask], n, base)[0]
+            part[k] = _group_union(bs[mask], be[mask], g[mask], n, base)[0]
         overlap = np.abs(part.sum(axis=0) - u) > 1e-6 * np.maximum(u, 1.0)
         if overlap.any():
             prev = np.zeros(n)
-            for k in range(len(order_cats)):
+            for k in range(n_cats):
                 mask = bc <= k
                 if mask.any():
-                    cum = _group_union(bs[mask], be[mask], bg[mask], n, base)[0]
+                    cum = _group_union(bs[mask], be[mask], g[mask], n, base)[0]
                     part[k, overlap] = (cum - prev)[overlap]
                     prev = cum
         by_cat += part
-    kernel_sum = np.bincount(g, weights=dur, minlength=n)
-    kcat = np.bincount(g * len(order_cats) + acat, weights=dur, minlength=n * len(order_cats)).reshape(n, -1)
-    ar_k = cat_index.get(ALLREDUCE)
-    ar_mask = acat == ar_k
-    ar_sum = np.bincount(g[ar_mask], weights=dur[ar_mask], minlength=n)
-    ar_calls = np.bincount(g[ar_mask], minlength=n)
+        kernel_sum += np.bincount(g, weights=dur, minlength=n)
+        kcat += np.bincount(g * n_cats + bc, weights=dur, minlength=n * n_cats)
+        ar_mask = bc == ar_k
+        ar_sum += np.bincount(g[ar_mask], weights=dur[ar_mask], minlength=n)
+        ar_calls += np.bincount(g[ar_mask], minlength=n)
+    kcat = kcat.reshape(n, -1)
     # starts and periods
     cpu_start = np.array([c.ts if c is not None else np.nan for c in rows.cpu])
     start = np.where(np.isnan(cpu_start), wstart, cpu_start)
@@ -308,11 +387,13 @@ def _graph_launches(data: TraceData, rows: StepRows, n: int) -> np.ndarray:
         j = _in_spans(ts, rows.cpu)  # cpu spans are in step order, sorted by time
         return np.bincount(j[j >= 0], minlength=n)
     corr = np.array([c for _, c in data.graph_launches])
-    acts = data.acts
     out = np.zeros(n, np.int64)
-    for i in range(n):
-        in_step = acts["corr"][rows.act_step == i]
-        out[i] = int(np.isin(corr, in_step).sum())
+    for lo, hi in rows.batches:
+        r = rows.batch(lo, hi)
+        g = r["step"]
+        bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1], True])
+        for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            out[g[s]] = int(np.isin(corr, r["corr"][s:e]).sum())
     return out
 
 
@@ -321,46 +402,97 @@ def allreduce_calls(data: TraceData, classifier: Classifier, rows: StepRows) -> 
     element count, dtype and process group (None where the trace does not say), name."""
     cats = name_categories(data, classifier)
     is_ar = np.array([c == ALLREDUCE for c in cats], bool) if cats else np.zeros(0, bool)
-    acts = data.acts
-    if not len(acts):
+    if not _acts(data).rows:
         return {"step": np.zeros(0, np.int64), "ts": np.zeros(0), "dur": np.zeros(0), "nelems": [], "dtype": [],
                 "group": [], "name": []}
-    rows_ = np.flatnonzero((rows.act_step >= 0) & is_ar[acts["nid"]])
-    rows_ = rows_[np.lexsort((acts["dur"][rows_], acts["ts"][rows_]))]
-    args = [data.collective_args.get(int(r), (None, None, None)) for r in rows_]
+    parts = [np.zeros(0, STEP_DTYPE)]
+    for lo, hi in rows.batches:
+        r = rows.by_step.read(lo, hi)
+        parts.append(r[is_ar[r["nid"]]])
+    calls = np.concatenate(parts)
+    calls = calls[np.lexsort((calls["row"], calls["dur"], calls["ts"]))]  # start, duration, file order
+    args = [data.collective_args.get(int(r), (None, None, None)) for r in calls["row"]]
     return {
-        "step": rows.act_step[rows_], "ts": acts["ts"][rows_], "dur": acts["dur"][rows_],
+        "step": calls["step"].astype(np.int64), "ts": calls["ts"].copy(), "dur": calls["dur"].copy(),
         "nelems": [a[0] for a in args], "dtype": [a[1] for a in args], "group": [a[2] for a in args],
-        "name": [data.names[int(nid)] for nid in acts["nid"][rows_]],
+        "name": [data.names[int(nid)] for nid in calls["nid"]],
     }
 
 
 def kernel_totals(data: TraceData, rows: StepRows, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Kernel time (µs) and calls per activity name id over the activities of ``steps``."""
+    """Kernel time (µs) and calls per activity name id over the activities of ``steps``, summed
+    in file order (a chunk's sums start from the last chunk's totals, so the rounding is that of
+    one sum over the whole file)."""
     n_names = len(data.names)
-    if not len(data.acts) or not len(steps):
-        return np.zeros(n_names), np.zeros(n_names, np.int64)
-    mask = np.isin(rows.act_step, steps)
-    nid = data.acts["nid"][mask]
-    return (np.bincount(nid, weights=data.acts["dur"][mask], minlength=n_names),
-            np.bincount(nid, minlength=n_names))
+    acts = _acts(data)
+    tot, cnt = np.zeros(n_names), np.zeros(n_names, np.int64)
+    if not acts.rows or not len(steps):
+        return tot, cnt
+    ids = np.arange(n_names)
+    for _, a, step in zip_chunks(acts, rows.step_of):
+        mask = np.isin(step, steps)
+        nid = a["nid"][mask]
+        tot = np.bincount(np.r_[ids, nid], weights=np.r_[tot, a["dur"][mask]], minlength=n_names)
+        cnt += np.bincount(nid, minlength=n_names)
+    return tot, cnt
 
 
 def trace_timeline(data: TraceData) -> dict | None:
     """The whole trace's GPU timeline: first activity start to last end (``span_ms``), the
-    union of every activity (``busy_ms``) and the rest (``idle_ms``); None without activities."""
-    acts = data.acts
-    if not len(acts):
+    union of every activity (``busy_ms``) and the rest (``idle_ms``); None without activities.
+
+    The activities are sorted by start on disk (a counting sort over bins of the time range);
+    each batch is then sorted in memory and carries the latest end so far into the next."""
+    acts = _acts(data)
+    if not acts.rows:
         return None
-    order = np.argsort(acts["ts"], kind="stable")
-    start = acts["ts"][order]
-    reach = acts["dur"][order]
-    del order
-    reach += start
-    np.maximum.accumulate(reach, out=reach)  # the latest end so far
-    span = float(reach[-1] - start[0])
-    gaps = start[1:] - reach[:-1]  # the GPU is idle where the next start lies beyond every end so far
-    idle = float(gaps[gaps > 0].sum())
+    lo, hi = np.inf, -np.inf
+    for _, a in acts.chunks():
+        t = a["ts"][np.isfinite(a["ts"])]
+        if len(t):
+            lo, hi = min(lo, float(t.min())), max(hi, float(t.max()))
+    if lo > hi:
+        lo = hi = 0.0
+    width = (hi - lo) / _FINE_BINS if hi > lo else 1.0
+
+    def keys(ts):
+        x = (ts - lo) / width
+        return np.where(np.isnan(x), _FINE_BINS - 1, np.clip(x, 0, _FINE_BINS - 1)).astype(np.int64)
+
+    counts = np.zeros(_FINE_BINS, np.int64)
+    for _, a in acts.chunks():
+        counts += np.bincount(keys(a["ts"]), minlength=_FINE_BINS)
+
+    def records():
+        for _, a in acts.chunks():
+            r = np.empty(len(a), _TIME_DTYPE)
+            r["ts"], r["dur"] = a["ts"], a["dur"]
+            yield keys(a["ts"]), r
+
+    by_time, batches = partition(records(), counts, spill.CHUNK_ROWS, _TIME_DTYPE)
+    gaps = Table(np.float64)
+    try:
+        first = last = None
+        for b_lo, b_hi in batches:
+            r = by_time.read(b_lo, b_hi)
+            order = np.argsort(r["ts"], kind="stable")
+            start = r["ts"][order]
+            reach = r["dur"][order]
+            del r, order
+            reach += start
+            np.maximum.accumulate(reach, out=reach)  # the latest end so far
+            if last is None:
+                first, g = start[0], start[1:] - reach[:-1]
+            else:
+                np.maximum(reach, last, out=reach)
+                g = np.r_[start[0] - last, start[1:] - reach[:-1]]
+            last = reach[-1]
+            gaps.append(g[g > 0])  # the GPU is idle where the next start lies beyond every end so far
+        span = float(last - first)
+        idle = float(spill.pairwise_sum(gaps))
+    finally:
+        by_time.close()
+        gaps.close()
     return {"span_ms": _ms(span), "busy_ms": _ms(span - idle), "idle_ms": _ms(idle),
             "idle_share": round(idle / span, 4) if span > 0 else None}
 
