@@ -149,12 +149,76 @@ def partition(chunks, counts: np.ndarray, limit: int, dtype) -> tuple[Table, lis
     return out, batches
 
 
+_FINE_BINS = 4096
+_PAIRWISE_BLOCK = 128  # numpy's PW_BLOCKSIZE: up to it, a sum is one unrolled loop
+
+
+def sorted_batches(table: Table, field: str, lo: int = 0, hi: int | None = None):
+    """The records of rows ``lo`` to ``hi`` of ``table`` in batches sorted by ``field``, as a
+    stable sort of them all would order them (nan last), each of at most ``CHUNK_ROWS`` records.
+
+    Up to ``CHUNK_ROWS`` records are sorted in memory. More are counting-sorted on disk into
+    4096 bins over the range of ``field``, merged into batches of whole bins, and each batch is
+    sorted the same way in turn, so a clump of values (or an outlier that stretches the range)
+    only costs another level. Records with one value alone are already in order (file order)."""
+    hi = table.rows if hi is None else hi
+    if hi - lo <= CHUNK_ROWS:
+        r = table.read(lo, hi)
+        yield r[np.argsort(r[field], kind="stable")]
+        return
+    exact = np.issubdtype(table.dtype[field], np.integer)  # integers beyond 2**53 stay apart
+    vmin, vmax, nan = None, None, False
+    for c_lo in range(lo, hi, CHUNK_ROWS):
+        v = table.read(c_lo, min(c_lo + CHUNK_ROWS, hi))[field]
+        if not exact:
+            ok = ~np.isnan(v)
+            nan |= not ok.all()
+            v = v[ok]
+        if len(v):
+            lo_v, hi_v = v.min().item(), v.max().item()
+            vmin = lo_v if vmin is None else min(vmin, lo_v)
+            vmax = hi_v if vmax is None else max(vmax, hi_v)
+    if vmin is None or (vmin == vmax and not nan):  # one value (or only nan): in order already
+        for c_lo in range(lo, hi, CHUNK_ROWS):
+            yield table.read(c_lo, min(c_lo + CHUNK_ROWS, hi))
+        return
+    # Values to bins 0 .. _FINE_BINS - 2 (the least and the greatest in different ones), nan to the last.
+    if exact:
+        step = (vmax - vmin) // (_FINE_BINS - 2) + 1
+
+        def keys(r):  # the difference fits in 64 bits unsigned, whatever the signs
+            return ((r[field].astype(np.uint64) - np.uint64(vmin % 2**64)) // np.uint64(step)).astype(np.int64)
+    else:
+        width = (vmax - vmin) / (_FINE_BINS - 2) if vmax > vmin else 1.0
+
+        def keys(r):
+            with np.errstate(invalid="ignore"):
+                x = (r[field] - vmin) / width
+                return np.where(np.isnan(x), _FINE_BINS - 1, np.clip(x, 0, _FINE_BINS - 2)).astype(np.int64)
+
+    def chunks():
+        for c_lo in range(lo, hi, CHUNK_ROWS):
+            r = table.read(c_lo, min(c_lo + CHUNK_ROWS, hi))
+            yield keys(r), r
+
+    counts = np.zeros(_FINE_BINS, np.int64)
+    for k, _ in chunks():
+        counts += np.bincount(k, minlength=_FINE_BINS)
+    part, batches = partition(chunks(), counts, CHUNK_ROWS, table.dtype)
+    try:
+        for b_lo, b_hi in batches:
+            yield from sorted_batches(part, field, b_lo, b_hi)
+    finally:
+        part.close()
+
+
 def pairwise_sum(table: Table, lo: int = 0, hi: int | None = None) -> float:
     """``np.sum`` of a 1-D float table, to the last bit, reading a chunk at a time: numpy sums
-    pairwise, halving at a multiple of 8, so the halves are summed here the same way."""
+    more than 128 numbers pairwise, halving at a multiple of 8, so the halves are summed here
+    the same way."""
     hi = table.rows if hi is None else hi
     n = hi - lo
-    if n <= CHUNK_ROWS:
+    if n <= max(CHUNK_ROWS, _PAIRWISE_BLOCK):
         return np.sum(table.read(lo, hi))
     half = n // 2
     half -= half % 8

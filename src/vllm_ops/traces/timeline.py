@@ -53,14 +53,10 @@ from .reader import ACT_DTYPE, LAUNCH_DTYPE, Span, TraceData
 from .spill import Table, partition, zip_chunks
 
 COMMUNICATION = ("collective", ALLREDUCE)
-# Keys of the counting sorts by correlation and by time: fine bins over the value range, merged
-# into batches of at most spill.CHUNK_ROWS records.
-_FINE_BINS = 4096
 # One activity inside a step, as the per-step passes read it: the activity, its launch time
 # (nan: unknown), its row in the file and its step.
 STEP_DTYPE = np.dtype([("ts", "<f8"), ("dur", "<f8"), ("nid", "<u4"), ("corr", "<i8"), ("lts", "<f8"),
                        ("row", "<i8"), ("step", "<i4")])
-_TIME_DTYPE = np.dtype([("ts", "<f8"), ("dur", "<f8")])
 
 
 def busy_priority(classifier: Classifier) -> list[str]:
@@ -109,10 +105,10 @@ def launch_times(data: TraceData) -> Table:
     nan where no launch call carries its correlation); of several calls with one correlation,
     the earliest (the runtime call around a driver call).
 
-    The launch calls are sorted by correlation on disk (a counting sort over bins of the
-    correlation's range, each batch then sorted in memory); the activities then look their
-    correlation up chunk by chunk, reading the batch they need (correlations follow the file
-    order closely, so the batch read last is kept)."""
+    The launch calls are sorted by correlation on disk (:func:`.spill.sorted_batches`) and
+    written back one per correlation; the activities then look theirs up chunk by chunk,
+    reading the batch of calls they need (correlations follow the file order closely, so the
+    batch read last is kept)."""
     acts, launches = _acts(data), data.launch_table
     out = Table(np.float64)
     try:
@@ -120,44 +116,42 @@ def launch_times(data: TraceData) -> Table:
             for _, a in acts.chunks():
                 out.append(np.full(len(a), np.nan))
             return out
-        lo = min(int(c["corr"].min()) for _, c in launches.chunks())
-        hi = max(int(c["corr"].max()) for _, c in launches.chunks())
-        width = (hi - lo) // _FINE_BINS + 1
-        counts = np.zeros(_FINE_BINS, np.int64)
-        for _, c in launches.chunks():
-            counts += np.bincount((c["corr"] - lo) // width, minlength=_FINE_BINS)
-        part, batches = partition((((c["corr"] - lo) // width, c) for _, c in launches.chunks()), counts,
-                                  spill.CHUNK_ROWS, LAUNCH_DTYPE)
         first = Table(LAUNCH_DTYPE)
         try:
-            starts = []
-            for b_lo, b_hi in batches:
-                calls = part.read(b_lo, b_hi)
+            starts, edges = [], []  # each batch of `first`: its first row and its least correlation
+            pending = np.zeros(0, LAUNCH_DTYPE)  # the last correlation so far: more calls may carry it
+            for calls in spill.sorted_batches(launches, "corr"):
+                calls = np.concatenate([pending, calls])
                 calls = calls[np.lexsort((calls["ts"], calls["corr"]))]
                 keep = np.ones(len(calls), bool)
                 keep[1:] = calls["corr"][1:] != calls["corr"][:-1]
-                starts.append(first.rows)
-                first.append(calls[keep])
+                calls = calls[keep]
+                calls, pending = calls[:-1], calls[-1:]
+                if len(calls):
+                    starts.append(first.rows)
+                    edges.append(int(calls["corr"][0]))
+                    first.append(calls)
+            starts.append(first.rows)  # the greatest correlation, a batch of its own
+            edges.append(int(pending["corr"][0]))
+            first.append(pending)
             starts.append(first.rows)
-            batch_of = spill.key_batches(counts, batches)
+            edges = np.array(edges, np.int64)
             cached, table = -1, None
             for _, a in acts.chunks():
                 corr = a["corr"]
                 lt = np.full(len(a), np.nan)
-                valid = (corr >= lo) & (corr <= hi)
-                b = np.full(len(a), -1, np.int64)
-                b[valid] = batch_of[(corr[valid] - lo) // width]
+                b = np.searchsorted(edges, corr, side="right") - 1
+                valid = (b >= 0) & (corr >= 0)
                 for k in np.unique(b[valid]).tolist():
                     if k != cached:
                         cached, table = k, first.read(starts[k], starts[k + 1])
-                    m = b == k
+                    m = valid & (b == k)
                     c = corr[m]
                     idx = np.searchsorted(table["corr"], c)
                     idx[idx >= len(table)] = len(table) - 1
                     lt[m] = np.where(table["corr"][idx] == c, table["ts"][idx], np.nan)
                 out.append(lt)
         finally:
-            part.close()
             first.close()
     except BaseException:
         out.close()
@@ -441,44 +435,18 @@ def trace_timeline(data: TraceData) -> dict | None:
     """The whole trace's GPU timeline: first activity start to last end (``span_ms``), the
     union of every activity (``busy_ms``) and the rest (``idle_ms``); None without activities.
 
-    The activities are sorted by start on disk (a counting sort over bins of the time range);
-    each batch is then sorted in memory and carries the latest end so far into the next."""
+    The activities come sorted by start in batches (:func:`.spill.sorted_batches`); each batch
+    carries the latest end so far into the next, and the idle gaps go to disk to be summed as
+    one array would be."""
     acts = _acts(data)
     if not acts.rows:
         return None
-    lo, hi = np.inf, -np.inf
-    for _, a in acts.chunks():
-        t = a["ts"][np.isfinite(a["ts"])]
-        if len(t):
-            lo, hi = min(lo, float(t.min())), max(hi, float(t.max()))
-    if lo > hi:
-        lo = hi = 0.0
-    width = (hi - lo) / _FINE_BINS if hi > lo else 1.0
-
-    def keys(ts):
-        x = (ts - lo) / width
-        return np.where(np.isnan(x), _FINE_BINS - 1, np.clip(x, 0, _FINE_BINS - 1)).astype(np.int64)
-
-    counts = np.zeros(_FINE_BINS, np.int64)
-    for _, a in acts.chunks():
-        counts += np.bincount(keys(a["ts"]), minlength=_FINE_BINS)
-
-    def records():
-        for _, a in acts.chunks():
-            r = np.empty(len(a), _TIME_DTYPE)
-            r["ts"], r["dur"] = a["ts"], a["dur"]
-            yield keys(a["ts"]), r
-
-    by_time, batches = partition(records(), counts, spill.CHUNK_ROWS, _TIME_DTYPE)
     gaps = Table(np.float64)
     try:
         first = last = None
-        for b_lo, b_hi in batches:
-            r = by_time.read(b_lo, b_hi)
-            order = np.argsort(r["ts"], kind="stable")
-            start = r["ts"][order]
-            reach = r["dur"][order]
-            del r, order
+        for r in spill.sorted_batches(acts, "ts"):
+            start = r["ts"]
+            reach = r["dur"]
             reach += start
             np.maximum.accumulate(reach, out=reach)  # the latest end so far
             if last is None:
@@ -491,7 +459,6 @@ def trace_timeline(data: TraceData) -> dict | None:
         span = float(last - first)
         idle = float(spill.pairwise_sum(gaps))
     finally:
-        by_time.close()
         gaps.close()
     return {"span_ms": _ms(span), "busy_ms": _ms(span - idle), "idle_ms": _ms(idle),
             "idle_share": round(idle / span, 4) if span > 0 else None}
