@@ -27,10 +27,11 @@ however the process ends) that stay on disk: :attr:`TraceData.act_table` and
 :attr:`TraceData.launch_table`, which :mod:`.timeline` reads back a bounded chunk at a time
 (``spill.CHUNK_ROWS`` records). What a rank costs in memory while it is read is thus one
 decompressed chunk (4 MiB) and the spill writers' buffers, the head and tail kept to find
-``distributedInfo``, and the small tables (annotation spans, names, collective arguments, graph
-launches: sized by steps, names and calls, not by activities); every CPU operator, Python stack
-frame and flow arrow is dropped as it streams by, and the activities and launches are not held
-in memory at all. :meth:`TraceData.close` gives the spills' space back (so does garbage
+``distributedInfo``, and the small tables: annotation spans and names (sized by steps and
+distinct names), graph launches (one per graph replay) and the kept collective calls' arguments
+(one dict entry per all-reduce call, pointing at one tuple per distinct argument triple). Every
+CPU operator, Python stack frame and flow arrow is dropped as it streams by, and no other GPU
+activity or launch call is held in memory at all. :meth:`TraceData.close` gives the spills' space back (so does garbage
 collection); :attr:`TraceData.acts` and :attr:`TraceData.launches` load a whole spill, for tests
 and small traces only.
 

@@ -3,11 +3,13 @@
 The reader spills a rank's GPU activities and host launch calls into two such tables, and the
 per-step analysis (:mod:`.timeline`) builds its orderings (by correlation, by time, by step)
 as more of them, with a counting sort: one pass counts the records per key, one pass writes
-each chunk's records at their group's offsets (:func:`partition`). A table is an unlinked
-temporary file in :func:`tempfile.gettempdir`: it never shows in a directory listing, and its
-space goes back to the system when the table is closed or garbage-collected, or when the
-process ends, however it ends. Reading holds at most ``CHUNK_ROWS`` records in memory (a
-partition's group, where a single group is larger: one step's activities).
+each chunk's records at their group's offsets (:func:`partition`; by value, over bins of the
+range and again within a bin that holds more than a chunk: :func:`sorted_batches`). A table is
+an unlinked temporary file in :func:`tempfile.gettempdir`: it never shows in a directory
+listing, and its space goes back to the system when the table is closed or garbage-collected,
+or when the process ends, however it ends (Linux and other POSIX systems). Reading holds at
+most ``CHUNK_ROWS`` records in memory (more only where a :func:`partition` key has more: the
+per-step analysis' batches of whole steps), and writing only the chunk at hand.
 """
 
 from __future__ import annotations

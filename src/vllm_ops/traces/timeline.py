@@ -1,5 +1,14 @@
 """One rank's steps on its GPU timeline: which activities belong to which step, and what
-each step's time is made of. Plain numpy over the arrays the reader builds.
+each step's time is made of. Plain numpy over the tables the reader spills to disk.
+
+Memory: the activities and launch calls stay on disk (:mod:`.spill`). Each figure is computed
+in passes that read a chunk of ``spill.CHUNK_ROWS`` (65,536) records at a time, or one batch of
+whole steps of at most ``_BATCH_ROWS`` (65,536) activities (a step with more is one batch: its
+union needs all of it). The orderings the figures need (launch calls by correlation, activities
+by start, by step) are counting sorts into more tables on disk, closed when the figure is done.
+What stays in memory grows with the steps, the names and the all-reduce calls (the output), not
+with the activities. Every sum adds the same numbers in the same order as one numpy call over
+all the activities would, so the figures do not depend on the chunk size.
 
 Definitions (one per figure; the CLI, the filters, the report and the history use these):
 
