@@ -29,7 +29,7 @@ however the process ends) that stay on disk: :attr:`TraceData.act_table` and
 decompressed chunk (4 MiB) and the spill writers' buffers, the head and tail kept to find
 ``distributedInfo``, and the small tables: annotation spans and names (sized by steps and
 distinct names), graph launches (one per graph replay) and the kept collective calls' arguments
-(one dict entry per all-reduce call, pointing at one tuple per distinct argument triple). Every
+(12 bytes per all-reduce call: its row and the index of its argument triple, kept once each). Every
 CPU operator, Python stack frame and flow arrow is dropped as it streams by, and no other GPU
 activity or launch call is held in memory at all. :meth:`TraceData.close` gives the spills' space back (so does garbage
 collection); :attr:`TraceData.acts` and :attr:`TraceData.launches` load a whole spill, for tests
@@ -60,6 +60,7 @@ import re
 import struct
 import tempfile
 import zlib
+from array import array
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -184,8 +185,11 @@ class TraceData:
     gpu_annotation_names: Counter = field(default_factory=Counter)
     cpu_annotation_names: Counter = field(default_factory=Counter)
     graph_launches: list[tuple[float, int]] = field(default_factory=list)  # (ts, correlation)
-    # activity row (in acts) -> (element count, dtype, process group) of a kept collective call
-    collective_args: dict[int, tuple[int | None, str | None, str | None]] = field(default_factory=dict)
+    # The kept collective calls: activity rows (file order) and, for each, its index into
+    # collective_kinds, the distinct (element count, dtype, process group) triples: 12 bytes a call.
+    collective_rows: array = field(default_factory=lambda: array("q"))
+    collective_ids: array = field(default_factory=lambda: array("i"))
+    collective_kinds: list[tuple[int | None, str | None, str | None]] = field(default_factory=list)
     process_groups: dict[str, int] = field(default_factory=dict)  # distributedInfo.pg_config: name -> size
     act_table: Table | None = None  # the GPU activities, ACT_DTYPE, file order
     launch_table: Table | None = None  # the host launch calls, LAUNCH_DTYPE, file order
@@ -211,6 +215,21 @@ class TraceData:
     def launches(self) -> np.ndarray:
         """Every launch call, loaded whole (tests and small traces; the summary streams)."""
         return self.launch_table.load() if self.launch_table is not None else np.zeros(0, LAUNCH_DTYPE)
+
+    @property
+    def collective_args(self) -> dict[int, tuple[int | None, str | None, str | None]]:
+        """Activity row -> (element count, dtype, process group) of each kept collective call."""
+        kinds = self.collective_kinds
+        return {row: kinds[k] for row, k in zip(self.collective_rows, self.collective_ids, strict=True)}
+
+    def collective_args_at(self, rows: np.ndarray) -> list[tuple[int | None, str | None, str | None]]:
+        """The arguments of the calls at activity ``rows``, (None, None, None) where none were kept."""
+        kept = np.frombuffer(self.collective_rows, np.int64) if self.collective_rows else np.zeros(0, np.int64)
+        rows = np.asarray(rows, np.int64)
+        at = np.minimum(np.searchsorted(kept, rows), max(len(kept) - 1, 0))
+        hit = (kept[at] == rows) if len(kept) else np.zeros(len(rows), bool)
+        kinds, ids, none = self.collective_kinds, self.collective_ids, (None, None, None)
+        return [kinds[ids[a]] if h else none for a, h in zip(at.tolist(), hit.tolist(), strict=True)]
 
     @property
     def graph_launch_corr(self) -> list[int]:
@@ -389,7 +408,7 @@ class _Builder:
         self.launch_spill = None
         self._intern: dict = {}
         self._span_names: dict = {}  # annotation name -> (normalized, StepName or None)
-        self.coll_intern: dict = {}  # one tuple per distinct collective-argument triple
+        self.coll_intern: dict = {}  # distinct collective-argument triple -> its index in collective_kinds
 
     def span(self, gpu: bool, name: str | bytes, ts: float, dur: float, ext: int) -> None:
         """A CPU or GPU annotation; ``name`` as the JSON text has it (bytes) or decoded."""
@@ -413,6 +432,16 @@ class _Builder:
         d.activity_pids[pid] += 1
         self.keep.append(bool(self.keep_calls and self.keep_calls(name, cat)))
         return nid
+
+    def collective(self, row: int, args: tuple[int | None, str | None, str | None]) -> None:
+        """Keep the arguments of the collective call at activity ``row``."""
+        d = self.data
+        k = self.coll_intern.get(args)
+        if k is None:
+            k = self.coll_intern[args] = len(d.collective_kinds)
+            d.collective_kinds.append(args)
+        d.collective_rows.append(row)
+        d.collective_ids.append(k)
 
     def finish(self, stream: _Stream) -> TraceData:
         d = self.data
@@ -545,8 +574,7 @@ def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
                     nid = name_id((cat, name), cat.decode(), _decode_json_string(name), pid)
                 record(pack(float(ts), float(dur), nid, int(corr) if corr else _arg(args, _CORRELATION)))
                 if keep[nid]:
-                    t = _collective(args)
-                    d.collective_args[row + len(records) - 1] = b.coll_intern.setdefault(t, t)
+                    b.collective(row + len(records) - 1, _collective(args))
             else:
                 is_gpu = kind == _SPAN_GPU
                 gpu += is_gpu
@@ -638,7 +666,7 @@ def _general_scan(stream: _Stream, b: _Builder) -> None:
                     nelems, dtype, group = args.get("In msg nelems"), args.get("dtype"), args.get("Process Group Name")
                     t = (nelems if _is_num(nelems) else None, dtype if isinstance(dtype, str) else None,
                          group if isinstance(group, str) else None)
-                    d.collective_args[d.activities] = b.coll_intern.setdefault(t, t)
+                    b.collective(d.activities, t)
                 d.activities += 1
                 if cat == "kernel":
                     d.kernels += 1

@@ -414,7 +414,7 @@ def allreduce_calls(data: TraceData, classifier: Classifier, rows: StepRows) -> 
         parts.append(r[is_ar[r["nid"]]])
     calls = np.concatenate(parts)
     calls = calls[np.lexsort((calls["row"], calls["dur"], calls["ts"]))]  # start, duration, file order
-    args = [data.collective_args.get(int(r), (None, None, None)) for r in calls["row"]]
+    args = data.collective_args_at(calls["row"])
     return {
         "step": calls["step"].astype(np.int64), "ts": calls["ts"].copy(), "dur": calls["dur"].copy(),
         "nelems": [a[0] for a in args], "dtype": [a[1] for a in args], "group": [a[2] for a in args],
