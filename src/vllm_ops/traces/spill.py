@@ -7,9 +7,11 @@ each chunk's records at their group's offsets (:func:`partition`; by value, over
 range and again within a bin that holds more than a chunk: :func:`sorted_batches`). A table is
 an unlinked temporary file in :func:`tempfile.gettempdir`: it never shows in a directory
 listing, and its space goes back to the system when the table is closed or garbage-collected,
-or when the process ends, however it ends (Linux and other POSIX systems). Reading holds at
-most ``CHUNK_ROWS`` records in memory (more only where a :func:`partition` key has more: the
-per-step analysis' batches of whole steps), and writing only the chunk at hand.
+or when the process ends, however it ends (Linux and other POSIX systems). Where the
+temporary directory is a tmpfs, the tables are in memory after all (not the process's): point
+``TMPDIR`` at a disk for the memory to stay flat. Reading holds at most ``CHUNK_ROWS`` records
+in memory (more only where a :func:`partition` key has more: the per-step analysis' batches of
+whole steps), and writing only the chunk at hand.
 """
 
 from __future__ import annotations
