@@ -28,12 +28,12 @@ however the process ends) that stay on disk: :attr:`TraceData.act_table` and
 (``spill.CHUNK_ROWS`` records). What a rank costs in memory while it is read is thus one
 decompressed chunk (4 MiB) and the spill writers' buffers, the head and tail kept to find
 ``distributedInfo``, and the small tables: annotation spans and names (sized by steps and
-distinct names), graph launches (one per graph replay) and the kept collective calls' arguments
-(12 bytes per all-reduce call: its row and the index of its argument triple, kept once each). Every
-CPU operator, Python stack frame and flow arrow is dropped as it streams by, and no other GPU
-activity or launch call is held in memory at all. :meth:`TraceData.close` gives the spills' space back (so does garbage
-collection); :attr:`TraceData.acts` and :attr:`TraceData.launches` load a whole spill, for tests
-and small traces only.
+distinct names), graph launches (one per graph replay) and the kept collective calls'
+arguments (12 bytes per all-reduce call: its row and the index of its argument triple, kept
+once each). Every CPU operator, Python stack frame and flow arrow is dropped as it streams by,
+and no other GPU activity or launch call is held in memory at all. :meth:`TraceData.close`
+gives the spills' space back (so does garbage collection); :attr:`TraceData.acts` and
+:attr:`TraceData.launches` load a whole spill, for tests and small traces only.
 
 Two parsers share one result type:
 

@@ -8,7 +8,9 @@ union needs all of it). The orderings the figures need (launch calls by correlat
 by start, by step) are counting sorts into more tables on disk, closed when the figure is done.
 What stays in memory grows with the steps, the names and the all-reduce calls (the output), not
 with the activities. Every sum adds the same numbers in the same order as one numpy call over
-all the activities would, so the figures do not depend on the chunk size.
+all the activities would, so the figures do not depend on ``spill.CHUNK_ROWS`` (the batches of
+steps, whose unions round with the batch, are cut where they were when the activities were
+held in memory).
 
 Definitions (one per figure; the CLI, the filters, the report and the history use these):
 
