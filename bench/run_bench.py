@@ -38,7 +38,7 @@ from concurrent.futures import ProcessPoolExecutor
 def drain(path):
     n = 0
     with gzip.open(path, "rb") as fh:
-        while chunk := fh.read(4 << 20):
+        while chunk := fh.read(1 << 20):
             n += len(chunk)
     return n
 files = sys.argv[1:]
