@@ -77,6 +77,14 @@ def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host,
     assert failure["stage"] == "load"
     assert any("no-such-draft" in line for line in failure["journal"]), failure["journal"]
 
+    # NCCL_PROTO=LL128 was also profiled (profile: true): the campaign's capture of the variant as it
+    # ran, its record naming the variant's environment, linked from the experiment's report.
+    assert by_name["NCCL_PROTO=LL128"]["profile_report"] == "profile/02/report.md"
+    profiled = json.loads((directory / "profile/02/campaign.json").read_text())
+    assert profiled["variant"] == "NCCL_PROTO=LL128" and profiled["environment"]["NCCL_PROTO"] == "LL128"
+    assert len(list((directory / "profile/02").glob("*.pt.trace.json.gz"))) == 2
+    assert by_name["NCCL_PROTO=LL128"]["profile_headline"].startswith("vllm-mol-campaign: host-bound on rank 0")
+
     # Acceptance from the /metrics counters the module read around each run: the stand-in accepts
     # round(3 x 0.6) = 2 of 3 draft tokens.
     ngram_metrics = [r["metrics"] for r in runs if r["variant"] == "ngram"]

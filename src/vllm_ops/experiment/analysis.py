@@ -168,6 +168,7 @@ def analyze_host(exp: Mapping) -> dict:
             p["comparison"] = point_comparison(bp, p, floor, v["status"] == "failed")
         e = _entry(v["name"], host, v["environment"], v["extra_args"], v["profile"], v["status"], v["failure"],
                    points)
+        e["profile_report"], e["profile_headline"] = v.get("profile_report"), v.get("profile_headline")
         e["headline"] = {"tpot": dict(points[lo]["comparison"][TPOT], concurrency=conc[lo]),
                          "throughput": dict(points[hi]["comparison"][THROUGHPUT], concurrency=conc[hi])}
         if v["status"] == "ok" and not any(p["status"] == "ok" for p in points):

@@ -113,9 +113,14 @@ def _variant(where: str, i: int, v: object) -> dict:
         failure = {"stage": failure.get("stage"), "message": failure.get("message"), "journal": list(journal)}
     if status == "failed" and failure is None:
         failure = {"stage": None, "message": "no failure recorded", "journal": []}
-    env = {str(k): str(x) for k, x in _mapping(f"{at} ({name})", v, "environment").items()}
+    # A null value unsets the variable (the vllm role's UnsetEnvironment=): kept as None.
+    env = {str(k): None if x is None else str(x) for k, x in _mapping(f"{at} ({name})", v, "environment").items()}
+    profile = {key: v.get(key) for key in ("profile_report", "profile_headline")}
+    for key, value in profile.items():
+        if value is not None and not isinstance(value, str):
+            raise ExperimentInputError(f"{at} ({name}): '{key}' must be a string or null")
     return {"name": name, "environment": env, "extra_args": _args(f"{at} ({name})", v),
-            "profile": bool(v.get("profile", False)), "status": status, "failure": failure}
+            "profile": bool(v.get("profile", False)), "status": status, "failure": failure, **profile}
 
 
 def _result(path: Path, where: str) -> dict:

@@ -46,5 +46,8 @@ def outcomes(variants: Sequence[Mapping], recorded: Mapping[str, Mapping]) -> li
             "profile": bool(variant.get("profile", False)),
             "status": outcome["status"],
             "failure": outcome.get("failure"),
+            # A profiled variant: its campaign report (relative to the experiment) and headline.
+            "profile_report": outcome.get("profile_report"),
+            "profile_headline": outcome.get("profile_headline"),
         })
     return out

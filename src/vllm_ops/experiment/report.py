@@ -17,7 +17,9 @@ Layout (``schema`` ``vllm-ops/experiment-report/1``; a changed meaning is a new 
 
     ENTRY = {name, host, label ("name @ host"), is_baseline, settings, environment, extra_args,
              profile, status ("ok" | "failed"), failure, category, points [POINT], warnings,
-             headline {tpot, throughput: CMP + concurrency} (variants), measured (baselines)}
+             headline {tpot, throughput: CMP + concurrency}, profile_report, profile_headline
+             (variants: a profiled variant's campaign report, relative to its experiment, and
+             headline; else null), measured (baselines)}
     POINT = {concurrency, status ("ok" | "failed" | "not measured"), runs, completed,
              failed_requests, metrics {METRIC: {values, center, min, max}},
              spec_decode {drafts, draft_tokens, accepted_tokens, acceptance, mean_accepted_length},

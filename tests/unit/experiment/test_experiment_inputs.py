@@ -76,3 +76,15 @@ def test_missing_metric_keys_are_not_measured(fixture_dir, tmp_path):
     p = r["variants"][0]["points"][0]
     assert p["metrics"]["p99_e2el_ms"] == {"values": [], "center": None, "min": None, "max": None}
     assert p["comparison"]["p99_e2el_ms"]["verdict"] == "not compared"
+
+
+def test_a_variable_the_variant_unsets_reads_as_unset_not_as_none(make_dir, tmp_path):
+    from vllm_ops.experiment import build_report
+
+    variants = {"nccl-default-algo": ({"NCCL_ALGO": None, "NCCL_PROTO": "LL128"}, [], [9.0, 9.1, 8.9],
+                                      [1100.0, 1110.0, 1090.0], {})}
+    directory = make_dir(tmp_path / "exp", variants=variants, failed_variant=False)
+    exp = load_experiment(directory)
+    assert exp["variants"][0]["environment"] == {"NCCL_ALGO": None, "NCCL_PROTO": "LL128"}
+    (variant,) = build_report([exp])["variants"]
+    assert variant["settings"] == "-NCCL_ALGO NCCL_PROTO=LL128"

@@ -45,3 +45,17 @@ def test_renders_a_fleet_and_an_unmeasured_baseline(make_dir, tmp_path):
     text = render_markdown(report, TEMPLATE)
     assert report["headline"] in text and "NCCL_PROTO=LL128 @ h1" in text and "baseline @ h2" in text
     assert "no baseline run completed a request" in text
+
+
+def test_a_profiled_variant_links_its_campaign_report(make_dir, tmp_path):
+    directory = make_dir(tmp_path / "exp")
+    path = tmp_path / "exp" / "experiment.json"
+    data = json.loads(path.read_text())
+    data["variants"][0].update(profile=True, profile_report="profile/01/report.md",
+                               profile_headline="h1: host-bound on rank 0: decode step 16.46 ms")
+    path.write_text(json.dumps(data))
+    report = build_report([load_experiment(directory)])
+    assert report["variants"][0]["profile_report"] == "profile/01/report.md"
+    text = render_markdown(report, TEMPLATE)
+    assert ("Profiled (the campaign's capture of this variant as it ran): h1: host-bound on rank 0: decode step "
+            "16.46 ms; [its report](profile/01/report.md).") in text
