@@ -97,6 +97,9 @@ def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host,
     text = (directory / "report.md").read_text()
     assert headline.split(": ", 1)[1].split(" (")[0] in text
     assert "no-such-draft" in text
+    # Every variant is a load: the health poller saw the service down between them.
+    gaps = record["downtime"]["gaps"]
+    assert gaps >= 2 and f" in {gaps} gaps (longest " in text
     for png in ("throughput.png", "tpot.png"):
         assert (directory / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = list(csv.DictReader((artifacts / "vllm-mol-campaign" / "experiments.csv").open()))

@@ -159,6 +159,8 @@ def load_experiment(directory: str | Path) -> dict:
         "dir": str(d), "id": _str(where, data, "id"), "host": _str(where, data, "host"),
         "started_at": _str(where, data, "started_at", False), "finished_at": _str(where, data, "finished_at", False),
         "model": data.get("model"), "vllm_version": data.get("vllm_version"), "load": _load(where, data),
+        # The health poller's record of the whole experiment (the campaign's), or null.
+        "downtime": _mapping(where, data, "downtime") or None,
     }
     floor = data.get("noise_floor_pct", 1.0)
     if not _number(floor) or floor < 0:

@@ -7,7 +7,8 @@ Layout (``schema`` ``vllm-ops/experiment-report/1``; a changed meaning is a new 
     model, vllm_version, load {input_len, output_len, num_prompts, concurrencies, repeats, warmups},
     noise_floor_pct (the first host's; each host's own is in experiments[]),
     noise_rule (the rule in one paragraph), headline_metrics {tpot, throughput: {metric, concurrency}},
-    experiments [{host, dir, id, started_at, finished_at, duration, model, vllm_version,
+    experiments [{host, dir, id, started_at, finished_at, duration, downtime (the health poller's
+                  record in words, "downtime 95.0 s in 4 gaps (longest 31.0 s)", or null), model, vllm_version,
                   noise_floor_pct, base {environment, extra_args, settings}, drift [DRIFT], drifted}],
     baselines [ENTRY] (one per host, in host order), variants [ENTRY] (input order, host by host),
     ranking [{rank, name, host, label, category, settings, tpot CMP, throughput CMP}],
@@ -35,6 +36,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from ..campaign.errors import CampaignInputError
+from ..campaign.figures import downtime_text as _downtime_words
 from .analysis import CATEGORY_ORDER, THROUGHPUT, TPOT, analyze_host, rank_key
 from .errors import ExperimentInputError
 from .headline import drift_text, headline
@@ -71,6 +74,14 @@ def _duration(start: str | None, end: str | None) -> str | None:
     minutes, secs = divmod(rest, 60)
     return " ".join(([f"{hours} h"] if hours else []) + ([f"{minutes} min"] if hours or minutes else [])
                     + [f"{secs} s"])
+
+
+def downtime_text(downtime: Mapping | None) -> str | None:
+    """The campaign's words for a health poller's record (the experiment records it the same way)."""
+    try:
+        return _downtime_words(downtime)
+    except CampaignInputError as exc:
+        raise ExperimentInputError(f"experiment.json: downtime: {exc}") from None
 
 
 def build_report(experiments: list[Mapping]) -> dict:
@@ -126,6 +137,7 @@ def build_report(experiments: list[Mapping]) -> dict:
             "base": {**e["base"], "settings": settings_text(e["base"]["environment"], e["base"]["extra_args"],
                                                             baseline=True)},
             "drift": a["drift"], "drifted": drift_text(a["drift"]),
+            "downtime": downtime_text(e.get("downtime")),
         } for e, a in zip(experiments, analyses, strict=True)],
         "baselines": baselines, "variants": variants, "ranking": ranking,
         "counts": {c: sum(1 for v in variants if v["category"] == c) for c in CATEGORY_ORDER},

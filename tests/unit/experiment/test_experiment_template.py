@@ -59,3 +59,17 @@ def test_a_profiled_variant_links_its_campaign_report(make_dir, tmp_path):
     text = render_markdown(report, TEMPLATE)
     assert ("Profiled (the campaign's capture of this variant as it ran): h1: host-bound on rank 0: decode step "
             "16.46 ms; [its report](profile/01/report.md).") in text
+
+
+def test_the_report_says_what_downtime_the_experiment_cost(make_dir, tmp_path):
+    directory = make_dir(tmp_path / "exp")
+    path = tmp_path / "exp" / "experiment.json"
+    data = json.loads(path.read_text())
+    data["downtime"] = {"seconds_not_ready": 95.0, "gaps": 4, "longest_gap_s": 31.0}
+    path.write_text(json.dumps(data))
+    report = build_report([load_experiment(directory)])
+    assert report["experiments"][0]["downtime"] == "downtime 95.0 s in 4 gaps (longest 31.0 s)"
+    assert "; downtime 95.0 s in 4 gaps (longest 31.0 s); noise floor 1.0%" in render_markdown(report, TEMPLATE)
+    data["downtime"] = None
+    path.write_text(json.dumps(data))
+    assert build_report([load_experiment(directory)])["experiments"][0]["downtime"] is None
