@@ -12,9 +12,12 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
+
+import pytest
 
 from testlib import ROOT, UNIT, assert_normal_service, run_playbook, wait_for
 
@@ -65,8 +68,12 @@ def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host,
     band = max((max(abs(v - base) for v in base_runs) + max(abs(v - ngram) for v in ngram_runs)) / base, 0.05)
     assert change < -band, "the stand-in's ngram speculation must be a clear win"
     headline = play.result("Print the headline")["msg"]
-    assert headline.startswith(f"vllm-mol-campaign: best: ngram: TPOT {100 * change:+.1f}% "
-                               f"(+/-{100 * band:.1f}%) at concurrency 1; "), headline
+    said = re.match(r"vllm-mol-campaign: best: ngram: TPOT ([-+]\d+\.\d)% \(\+/-(\d+\.\d)%\) at concurrency 1; ",
+                    headline)
+    # One decimal in the headline (report.json rounds to four first).
+    assert said, headline
+    assert float(said.group(1)) == pytest.approx(100 * change, abs=0.051)
+    assert float(said.group(2)) == pytest.approx(100 * band, abs=0.051)
     assert "1 variant no change" in headline and "1 failed" in headline
 
     by_name = {v["name"]: v for v in report["variants"]}

@@ -68,7 +68,8 @@ def test_a_spread_experiment_deals_the_variants_and_compares_each_with_its_own_b
                       for r in records[name]["runs"] if r["variant"] == v] for v in ("baseline", variant)}
         base = sorted(values["baseline"])[0] / 2 + sorted(values["baseline"])[1] / 2  # the median of two
         change = 100 * (values[variant][0] / base - 1)
-        assert by_name[variant]["headline"]["tpot"]["change_pct"] == pytest.approx(change, abs=1e-9)
+        # report.json gives percentages to 4 decimals.
+        assert by_name[variant]["headline"]["tpot"]["change_pct"] == pytest.approx(change, abs=5e-5)
     assert report["ranking"][0]["name"] == "ngram"
     assert (fleet / "report.md").exists() and (fleet / "throughput.png").exists()
     said = [t for p in play.data["plays"] for t in p["tasks"] if t["task"]["name"] == "Print the fleet's headline"]
