@@ -6,11 +6,11 @@ The playbook runs it with ``ansible.builtin.command`` on the controller, since f
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
 
+from ..cliutil import read_json, run_command
 from ..traces.errors import TraceInputError
 from ..traces.floor import compare_markdown, load_floor
 from ..traces.floor import headline as floor_headline
@@ -67,16 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_json(path: str, what: str) -> object:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CampaignInputError(f"{what} {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise CampaignInputError(f"{what} {path}: not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CampaignInputError(f"{what} {path}: invalid JSON ({exc.msg}, line {exc.lineno})") from None
+    return read_json(path, what, CampaignInputError)
 
 
 def _summary(path: str) -> dict:
@@ -140,17 +131,7 @@ def run(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        line = run(args)
-    except CampaignInputError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # the output could not be written
-        print(f"{PROG}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    with contextlib.suppress(BrokenPipeError):  # stdout closed early (| head): not an error of ours
-        print(line)
-    return 0
+    return run_command(PROG, lambda: run(args), CampaignInputError)
 
 
 if __name__ == "__main__":

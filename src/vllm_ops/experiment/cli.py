@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..cliutil import run_command
 from .chart import write_throughput_chart, write_tpot_chart
 from .errors import ExperimentInputError
 from .history import COLUMN_DOCS, append_experiment
@@ -89,17 +90,7 @@ def run(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        lines = run(args)
-    except ExperimentInputError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # an output could not be written
-        print(f"{PROG}: error: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    with contextlib.suppress(BrokenPipeError):
-        print("\n".join(lines))
-    return 0
+    return run_command(PROG, lambda: "\n".join(run(args)), ExperimentInputError)
 
 
 if __name__ == "__main__":

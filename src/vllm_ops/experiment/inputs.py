@@ -8,11 +8,11 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..cliutil import read_json
 from .errors import ExperimentInputError
 
 BASELINE = "baseline"  # the reserved variant name of the normal service, rounds 1 (start) and 2 (end)
@@ -30,20 +30,9 @@ COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total"
 
 
 def _read_json(path: Path, what: str) -> object:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ExperimentInputError(f"{what} {path}: no such file; check the experiment directory "
-                                   "(the Ansible role writes it)") from None
-    except OSError as exc:
-        raise ExperimentInputError(f"{what} {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ExperimentInputError(f"{what} {path}: not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ExperimentInputError(f"{what} {path}: invalid JSON ({exc.msg}, line {exc.lineno}); "
-                                   "the file is damaged or was cut short, so re-run that step") from None
+    return read_json(path, what, ExperimentInputError,
+                     missing="no such file; check the experiment directory (the Ansible role writes it)",
+                     damaged="; the file is damaged or was cut short, so re-run that step")
 
 
 def _number(value: object) -> bool:
