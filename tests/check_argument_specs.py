@@ -2,7 +2,9 @@
 """Fail when a role's defaults/main.yml and meta/argument_specs.yml disagree.
 
 A spec `default:` is documentation only; the value that counts is in
-defaults/main.yml. Both must name the same variables with the same values.
+defaults/main.yml. Both must name the same variables with the same values:
+every default is an option of some entry point, and every option of any entry
+point is either required or has its value in defaults/main.yml.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def check(role: Path) -> list[str]:
-    defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) or {}
+    defaults_file = role / "defaults/main.yml"
+    defaults = (yaml.safe_load(defaults_file.read_text()) or {}) if defaults_file.exists() else {}
     specs = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]
-    options = specs["main"]["options"]
+    options = {}
+    for entry in specs.values():
+        options.update((entry or {}).get("options") or {})
     problems = []
     for name in sorted(set(defaults) - set(options)):
         problems.append(f"{role.name}: {name} is in defaults/main.yml but not in meta/argument_specs.yml")

@@ -13,7 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 from testlib import assert_normal_service, run_playbook
 
 FAULT_DIR = "/run/vllm-standin"
-LOCK = "/run/vllm-ops/campaign.lock"
+LOCK = "/run/vllm-ops/job.lock"
+# The lock of releases before the job lock, honoured until stale.
+OLD_LOCK = "/run/vllm-ops/campaign.lock"
 
 
 @pytest.fixture
@@ -32,5 +34,5 @@ def campaign(tmp_path):
 def healthy_after(host):
     """Every test must leave the normal service active and healthy, with no fault left."""
     yield
-    host.run(f"rm -f {FAULT_DIR}/* {LOCK}")
+    host.run(f"rm -f {FAULT_DIR}/* {LOCK} {OLD_LOCK}")
     assert_normal_service(host)

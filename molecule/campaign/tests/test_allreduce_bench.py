@@ -4,10 +4,11 @@ refuses before touching the service. (The measurement itself needs PyTorch: Mole
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 from conftest import LOCK
-from testlib import UNIT, run_playbook
+from testlib import ROOT, UNIT, run_playbook
 
 PLAYBOOK = "playbooks/allreduce_bench.yml"
 
@@ -21,7 +22,7 @@ def refused(host, tmp_path, extra: dict) -> str:
     the service kept running (same main PID), no lock is left and nothing was written."""
     before = main_pid(host)
     artifacts = tmp_path / "artifacts"
-    play = run_playbook(PLAYBOOK, "-e", json.dumps({"allreduce_bench_artifacts_dir": str(artifacts), **extra}))
+    play = run_playbook(PLAYBOOK, "-e", json.dumps({"allreduce_floor_artifacts_dir": str(artifacts), **extra}))
     assert play.rc != 0, play.output[-3000:]
     assert main_pid(host) == before
     assert not host.file(LOCK).exists
@@ -70,11 +71,13 @@ def test_a_failed_measurement_says_why_and_restores_the_service(host, tmp_path):
     host.check_output(f"printf '%s' {shlex.quote(FAKE_PYTHON)} > /tmp/fake-python && chmod 0755 /tmp/fake-python")
     before = main_pid(host)
     artifacts = tmp_path / "artifacts"
-    play = run_playbook(PLAYBOOK, "-e", json.dumps({"allreduce_bench_artifacts_dir": str(artifacts),
+    play = run_playbook(PLAYBOOK, "-e", json.dumps({"allreduce_floor_artifacts_dir": str(artifacts),
                                                     "allreduce_bench_python": "/tmp/fake-python"}))
     assert play.rc != 0
-    msg = play.result("Fail with the benchmark's original error, now that the host is restored")["msg"]
-    assert "(the normal service is back and healthy)" in msg
+    msg = play.result("Fail with the job's original error, now that the host is restored")["msg"]
+    # The measurement stopped the service: the skeleton's downtime record says what that cost.
+    back = r"\(the normal service is back and healthy; downtime [\d.]+ s in \d+ gaps?( \(longest [\d.]+ s\))?\)"
+    assert re.search(back, msg), msg
     assert "allreduce_bench.py exited 3 on vllm-mol-campaign: allreduce_bench: measurement failed: rank 1 died" in msg
     assert "journalctl -u vllm-ops-allreduce-" in msg
     # The service was stopped for the measurement and started again; the lock is gone.
@@ -82,3 +85,46 @@ def test_a_failed_measurement_says_why_and_restores_the_service(host, tmp_path):
     assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
     assert not host.file(LOCK).exists
     host.run("rm -f /tmp/fake-python")
+
+
+# Test double of a venv's Python that runs allreduce_bench.py: imports torch (the preflight's
+# question), then writes the measurement as the real script does, a recorded H200 result, to the
+# path given after --out.
+DOUBLE_PYTHON = """#!/bin/sh
+[ "$1" = -c ] && { echo 2.13.0; exit 0; }
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+cp /usr/local/lib/vllm-ops-test/floor.json "$out"
+"""
+RECORDED = ROOT / "tests/gpu/results/allreduce_h200_ws1_default.json"
+
+
+def test_a_measurement_records_the_downtime_it_cost(host, tmp_path):
+    host.check_output("mkdir -p /usr/local/lib/vllm-ops-test")
+    host.check_output(f"printf '%s' {shlex.quote(RECORDED.read_text())} > /usr/local/lib/vllm-ops-test/floor.json")
+    host.check_output(f"printf '%s' {shlex.quote(DOUBLE_PYTHON)} > /usr/local/lib/vllm-ops-test/python"
+                      " && chmod 0755 /usr/local/lib/vllm-ops-test/python")
+    before = main_pid(host)
+    artifacts = tmp_path / "artifacts"
+    try:
+        extra = {"allreduce_floor_artifacts_dir": str(artifacts),
+                 "allreduce_bench_python": "/usr/local/lib/vllm-ops-test/python"}
+        play = run_playbook(PLAYBOOK, "-e", json.dumps(extra))
+    finally:
+        host.run("rm -rf /usr/local/lib/vllm-ops-test")
+    assert play.rc == 0, play.output[-4000:]
+    (job_dir,) = (artifacts / host.backend.hostname).iterdir()
+    job = json.loads((job_dir / "job.json").read_text())
+    assert (job["kind"], job["id"], job["host"], job["error"]) == ("all-reduce floor", job_dir.name,
+                                                                   host.backend.hostname, None)
+    # The stop and the load after it: /health failed at least one poll, in one gap that ended.
+    down = job["downtime"]
+    assert down["failed_polls"] > 0 and down["gaps"] >= 1 and down["seconds_not_ready"] > 0, down
+    assert not any(gap["open"] for gap in down["gap_list"])
+    words = f"downtime {down['seconds_not_ready']:.1f} s in {down['gaps']} gap"
+    headline = play.result("Print the headline")["msg"]
+    assert headline.startswith(f"{host.backend.hostname}: all-reduce on 1 rank"), headline
+    assert f"; {words}" in headline and headline.endswith(f"-> {job_dir}/allreduce/allreduce.md")
+    assert json.loads((job_dir / "allreduce" / "allreduce-unit.json").read_text()) == json.loads(RECORDED.read_text())
+    assert main_pid(host) != before
+    assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert not host.file(LOCK).exists

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import FAULT_DIR, LOCK
+from conftest import FAULT_DIR, LOCK, OLD_LOCK
 from testlib import ROOT, UNIT, holders, run_playbook, wait_for
 
 TRACE_DIR = "/var/lib/vllm/traces"
@@ -22,7 +22,7 @@ def failed_campaign(campaign, *args):
     """Run a campaign that must fail after restoring the host; return (play, its message)."""
     play, _ = campaign(*args)
     assert play.rc != 0
-    message = play.result("Fail with the campaign's original error, now that the host is restored")["msg"]
+    message = play.result("Fail with the job's original error, now that the host is restored")["msg"]
     assert "the normal service is back and healthy" in message
     return play, message
 
@@ -113,7 +113,7 @@ def test_a_second_campaign_is_refused_while_another_holds_the_lock(host, campaig
     host.check_output(f"mkdir -p /run/vllm-ops && echo '{json.dumps(lock)}' > {LOCK}")
     play, _ = campaign()
     assert play.rc != 0
-    message = play.result("Take the host's campaign lock")["msg"]
+    message = play.result("Take the host's job lock")["msg"]
     assert "campaign 20261130T010000Z, started 2026-11-30T01:00:00Z from ops-laptop (PID 4242, user alice)" in message
     assert host.check_output(f"systemctl show {UNIT} -p InvocationID --value") == invocation, "nothing may be stopped"
     assert json.loads(host.file(LOCK).content_string)["campaign_id"] == "20261130T010000Z"
@@ -125,14 +125,59 @@ def test_a_capture_too_big_for_the_disk_is_refused_before_anything_stops(host, c
     # and rank; 10^4 requests of 10^5 tokens on two ranks cannot fit in the sandbox.
     play, _ = campaign("-e", json.dumps({"vllm_campaign_requests": 10000, "vllm_campaign_output_tokens": 100000}))
     assert play.rc != 0
-    message = play.result("Check free space for the traces")["msg"]
+    message = play.result("Check the free space the job needs")["msg"]
     steps = 10000 * 100001
     need = -(-(2**20 * steps * 2 * 3 // 2) // 2**20)  # 1 MiB x steps x 2 ranks x 1.5, in MiB rounded up
     assert message.startswith(f"Not enough free space for the traces: the capture needs about {need} MiB "
                               f"({steps} steps x 2 rank(s) x 1048576 bytes per step and rank, from default")
-    assert re.search(r"; \d+ MiB are free under /var/lib/vllm on vllm-mol-campaign", message)
+    assert re.search(r"; \d+ MiB are free under /var/lib/vllm/traces on vllm-mol-campaign", message)
     assert host.check_output(f"systemctl show {UNIT} -p InvocationID --value") == invocation, "nothing may be stopped"
     assert not host.file(LOCK).exists
+
+
+def test_an_artifacts_directory_on_a_full_volume_is_refused_before_anything_stops(host, tmp_path):
+    # The artifacts on a volume of their own (a 1 MiB tmpfs), the playbooks on a roomy one: the
+    # check measures the volume the traces will go to, before anything stops.
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(volume)], check=True)
+    try:
+        pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
+        artifacts = volume / "artifacts"
+        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}))
+        stats = os.statvfs(volume)
+        free = stats.f_bavail * stats.f_frsize // 2**20
+    finally:
+        subprocess.run(["umount", str(volume)], check=True)
+    assert play.rc != 0
+    message = play.result("Check the free space the job needs")["msg"]
+    assert message.startswith("Not enough free space for the traces: the capture needs about ")
+    assert "and at least vllm_campaign_min_free_mib 2048 MiB" in message
+    assert (f"; {free} MiB are free under {volume} on the controller ({artifacts} does not exist yet: its nearest "
+            "existing parent was measured). Free room there, or set vllm_campaign_artifacts_dir to a larger volume.") \
+        in message
+    assert host.check_output(f"systemctl show {UNIT} -p MainPID --value") == pid, "nothing may be stopped"
+    assert not host.file(LOCK).exists
+
+
+def test_a_lock_left_under_the_old_name_is_honoured(host, campaign):
+    # Taken by a run of an earlier release, whose lock was /run/vllm-ops/campaign.lock.
+    boot = host.check_output("cat /proc/sys/kernel/random/boot_id")
+    lock = {"campaign_id": "20261130T020000Z", "started_at": "2026-11-30T02:00:00Z",
+            "expires_at": "2099-01-01T00:00:00Z", "expires_epoch": 4070908800, "boot_id": boot,
+            "owner": {"controller": "ops-laptop", "controller_pid": 4242, "user": "alice"}}
+    host.check_output(f"mkdir -p /run/vllm-ops && echo '{json.dumps(lock)}' > {OLD_LOCK}")
+    try:
+        pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
+        play, _ = campaign()
+        assert play.rc != 0
+        message = play.result("Take the host's job lock")["msg"]
+        assert message.startswith(f"Another job holds {OLD_LOCK}: campaign 20261130T020000Z, started "
+                                  "2026-11-30T02:00:00Z from ops-laptop (PID 4242, user alice)")
+        assert host.check_output(f"systemctl show {UNIT} -p MainPID --value") == pid, "nothing may be stopped"
+        assert not host.file(LOCK).exists
+    finally:
+        host.run(f"rm -f {OLD_LOCK}")
 
 
 def test_an_expired_lock_is_replaced(host, campaign):
@@ -142,8 +187,8 @@ def test_an_expired_lock_is_replaced(host, campaign):
     host.check_output(f"mkdir -p /run/vllm-ops && echo '{json.dumps(lock)}' > {LOCK}")
     play, _ = campaign()
     assert play.rc == 0, play.output[-4000:]
-    warnings = play.result("Take the host's campaign lock").get("warnings", [])
-    assert any("Replaced a stale campaign lock (it expired at 2026-11-29T05:00:00Z)" in w for w in warnings)
+    warnings = play.result("Take the host's job lock").get("warnings", [])
+    assert any("Replaced a stale job lock (it expired at 2026-11-29T05:00:00Z)" in w for w in warnings)
 
 
 def test_a_truncated_rank_fails_the_campaign_and_keeps_the_traces(host, campaign):
@@ -177,7 +222,7 @@ def test_a_campaign_killed_midway_is_rerun_to_completion(host, tmp_path):
     assert host.file(LOCK).exists, "the killed run leaves its lock behind"
     play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}))
     assert play.rc == 0, play.output[-4000:]
-    warnings = play.result("Take the host's campaign lock").get("warnings", [])
+    warnings = play.result("Take the host's job lock").get("warnings", [])
     assert any("is gone" in w for w in warnings)
     again = run_playbook("playbooks/restore.yml")
     assert again.rc == 0 and again.changed == 0

@@ -21,7 +21,7 @@ import pytest
 
 from testlib import ROOT, UNIT, assert_normal_service, run_playbook, wait_for
 
-LOCK = "/run/vllm-ops/campaign.lock"
+LOCK = "/run/vllm-ops/job.lock"
 DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
 VARIANT_ENV = f"/etc/vllm/{UNIT}.variant.env"
 SANDBOX_EXAMPLE = "@" + str(ROOT / "examples/experiments/sandbox.yml")
@@ -166,12 +166,12 @@ def test_a_campaign_during_an_experiment_fails_at_once(host, tmp_path):
         lock = json.loads(host.file(LOCK).content_string)
         play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(tmp_path / "c")}))
         assert play.rc != 0
-        message = play.result("Take the host's campaign lock")["msg"]
-        assert f"campaign {lock['campaign_id']}, started {lock['started_at']}" in message
+        message = play.result("Take the host's job lock")["msg"]
+        assert f"Another job holds {LOCK}: experiment {lock['job_id']}, started {lock['started_at']}" in message
         second = run_playbook("experiment.yml", "-e", json.dumps({
             "vllm_experiment_artifacts_dir": str(tmp_path / "e"),
             "vllm_experiment_variants": [{"name": "x", "environment": {"NCCL_PROTO": "LL128"}}]}))
-        assert second.rc != 0 and "Take the host's campaign lock" in second.output
+        assert second.rc != 0 and "Take the host's job lock" in second.output
     finally:
         output, _ = first.communicate(timeout=900)
     assert first.returncode == 0, output[-4000:]

@@ -159,7 +159,7 @@ def test_the_allreduce_bench_measures_as_the_service_and_restores_it(host, play,
     before = main_pid(host)
     artifacts = tmp_path / "artifacts"
     run = play("playbooks/allreduce_bench.yml", "-e", json.dumps({
-        "allreduce_bench_artifacts_dir": str(artifacts), "allreduce_bench_world_size": 2,
+        "allreduce_floor_artifacts_dir": str(artifacts), "allreduce_bench_world_size": 2,
         "allreduce_bench_variants": [{"name": "LL128", "environment": {"NCCL_PROTO": "LL128"}}]}))
     assert run.rc == 0, run.output[-4000:]
     (job,) = (artifacts / host.backend.hostname).iterdir()
@@ -182,10 +182,14 @@ def test_the_allreduce_bench_measures_as_the_service_and_restores_it(host, play,
     assert (job / "allreduce" / "allreduce.png").read_bytes()[:4] == b"\x89PNG"
     headline = run.result("Print the headline")["msg"]
     assert re.match(r"vllm-mol-cpu: all-reduce on 2 ranks \(gloo, no GPU\): batch 1 \(\d+ B\) [\d.]+ µs", headline)
+    # The stop and the real load after it cost downtime, recorded as every job's is.
+    down = json.loads((job / "job.json").read_text())["downtime"]
+    assert down["gaps"] >= 1 and down["seconds_not_ready"] > 0, down
+    assert f"; downtime {down['seconds_not_ready']:.1f} s in {down['gaps']} gap" in headline
     # The service was stopped for the measurement and is back; nothing is left on the host.
     assert main_pid(host) != before
     assert not host.file("/run/vllm-ops/allreduce-bench").exists
-    assert not host.file("/run/vllm-ops/campaign.lock").exists
+    assert not host.file("/run/vllm-ops/job.lock").exists
 
 
 def test_an_armed_server_fences_its_profiler_from_other_clients(host, play, tmp_path, healthy_after):

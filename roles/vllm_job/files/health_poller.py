@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Poll the service's /health until stopped (SIGTERM) and record when it did not answer 200.
 
-A campaign starts it before anything stops and stops it once the normal service is back, so its
-record is the downtime the campaign cost: the number of polls, how many were not 200 (refused,
-timed out, 503), the time not ready, the longest gap, and each gap. A gap runs from its first
+Every job (the vllm_job role) starts it before anything stops and stops it once the normal
+service is back, so its record is the downtime the job cost: the number of polls, how many were
+not 200 (refused, timed out, 503), the time not ready, the longest gap, and each gap. A gap runs from its first
 failed poll to the next poll that answered 200 (so the resolution is one interval); a gap still
 open when the poller stops ends there and is marked open. The record is rewritten, atomically,
 after every poll (a few hundred bytes on /run) and at the end.

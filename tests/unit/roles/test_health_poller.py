@@ -1,4 +1,4 @@
-"""roles/vllm_campaign/files/health_poller.py: the downtime record a campaign keeps."""
+"""roles/vllm_job/files/health_poller.py: the downtime record every job keeps."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-POLLER = Path(__file__).resolve().parents[3] / "roles" / "vllm_campaign" / "files" / "health_poller.py"
+POLLER = Path(__file__).resolve().parents[3] / "roles" / "vllm_job" / "files" / "health_poller.py"
 sys.path.insert(0, str(POLLER.parent))
 
 from health_poller import Record  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-MODULE = Path(__file__).resolve().parents[3] / "roles/vllm_campaign/library/vllm_trace_files.py"
+MODULE = Path(__file__).resolve().parents[3] / "roles/vllm_capture/library/vllm_trace_files.py"
 spec = importlib.util.spec_from_file_location("vllm_trace_files", MODULE)
 trace_files = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(trace_files)
