@@ -97,11 +97,12 @@ experiment: sandbox  ## An experiment on the sandbox: the baseline and three var
 	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
 	$(BIN)/ansible-playbook -i inventory/sandbox experiment.yml -e @examples/experiments/sandbox.yml
 
-lint: venv collections  ## yamllint, ansible-lint, ruff, argument_specs vs defaults
+lint: venv collections  ## yamllint, ansible-lint, ruff, argument_specs vs defaults, roles entered only by their entry points
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 	$(BIN)/ruff check .
 	$(PY) tests/check_argument_specs.py
+	$(PY) tests/check_roles.py
 
 unit: venv collections  ## pytest: package, plugins, modules, stand-ins
 	$(BIN)/pytest -q tests --ignore=tests/integration -m 'not real_vllm'
