@@ -1,0 +1,86 @@
+"""tests/check_roles.py (make lint): what it refuses, on small role trees built here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from check_roles import check
+
+
+def role(root: Path, name: str, entries: tuple[str, ...], **tasks) -> None:
+    base = root / "roles" / name
+    (base / "meta").mkdir(parents=True)
+    (base / "tasks").mkdir()
+    specs = {entry: {"short_description": entry, "options": {}} for entry in entries}
+    (base / "meta/argument_specs.yml").write_text(yaml.safe_dump({"argument_specs": specs}))
+    for file, body in tasks.items():
+        (base / "tasks" / f"{file}.yml").write_text(yaml.safe_dump(body))
+
+
+def include(name: str, tasks_from: str | None = None, **extra) -> dict:
+    args = {"name": name, **({"tasks_from": tasks_from} if tasks_from else {})}
+    return {"name": f"Include {name}", "ansible.builtin.include_role": args, **extra}
+
+
+def house(tmp_path: Path) -> Path:
+    """A skeleton, a piece and two job roles on it, all keeping to the rules."""
+    keep = {"name": "Keep", "ansible.builtin.set_fact": {"__vllm_job_x": 1}}
+    role(tmp_path, "vllm_job", ("main", "run"), run=[include("{{ __vllm_job_role }}", "work"), keep])
+    say = {"name": "Do", "ansible.builtin.debug": {"msg": "{{ __piece_y }}"}}
+    role(tmp_path, "piece", ("main", "checks"), main=[say])
+    for job in ("job_a", "job_b"):
+        role(tmp_path, job, ("main", "checks", "work", "report"),
+             main=[include("vllm_job", "run")],
+             work=[{"name": "Block", "block": [include("piece", "checks"), include("piece")]}])
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks/run.yml").write_text(yaml.safe_dump([{"hosts": "all", "roles": ["job_a"]}]))
+    return tmp_path
+
+
+def test_a_house_that_keeps_to_the_rules_passes(tmp_path):
+    assert check(house(tmp_path)) == []
+
+
+def test_an_undeclared_entry_point_is_refused(tmp_path):
+    root = house(tmp_path)
+    (root / "roles/job_a/tasks/work.yml").write_text(yaml.safe_dump([include("piece", "measure.yml")]))
+    assert check(root) == ["roles/job_a/tasks/work.yml: enters role piece through tasks_from measure, which its "
+                           "meta/argument_specs.yml does not declare as an entry point"]
+
+
+def test_a_job_including_another_job_is_refused(tmp_path):
+    root = house(tmp_path)
+    (root / "roles/job_b/tasks/work.yml").write_text(yaml.safe_dump([{"name": "B", "block": [
+        {"name": "R", "rescue": [include("job_a", "report")], "block": []}]}]))
+    assert check(root) == ["roles/job_b/tasks/work.yml: job role job_b includes job role job_a; what jobs share "
+                           "belongs in vllm_job or in a piece role"]
+
+
+def test_a_job_without_the_callbacks_is_refused(tmp_path):
+    root = house(tmp_path)
+    role(root, "job_c", ("main", "work"), main=[include("vllm_job", "run")])
+    assert check(root) == ["roles/job_c: a job role on vllm_job must declare the entry points checks, report "
+                           "(meta/argument_specs.yml), which the skeleton calls back"]
+
+
+def test_another_role_s_private_name_is_refused_in_roles_and_playbooks(tmp_path):
+    root = house(tmp_path)
+    (root / "roles/job_a/tasks/report.yml").write_text(
+        yaml.safe_dump([{"name": "Say", "ansible.builtin.debug": {"msg": "{{ __vllm_job_x }} {{ __job_a_z }}"}}]))
+    (root / "playbooks/print.yml").write_text("- hosts: all\n  tasks:\n    - ansible.builtin.debug:\n"
+                                              "        msg: '{{ __piece_y }}'\n")
+    assert check(root) == [
+        "roles/job_a/tasks/report.yml: uses __vllm_job_x, a private name of role vllm_job",
+        "playbooks/print.yml: uses __piece_y, a private name of role piece",
+    ]
+
+
+def test_an_unknown_role_is_named(tmp_path):
+    root = house(tmp_path)
+    (root / "roles/job_a/tasks/checks.yml").write_text(yaml.safe_dump([include("nowhere")]))
+    assert check(root) == ["roles/job_a/tasks/checks.yml: includes role nowhere, which is not in roles/"]
