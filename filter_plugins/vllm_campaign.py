@@ -10,8 +10,9 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 try:
-    from vllm_ops.campaign import CampaignInputError, duration, headline, latency_stats
-    from vllm_ops.campaign.figures import downtime_text
+    from vllm_ops.campaign import headline, latency_stats
+    from vllm_ops.errors import VllmOpsError
+    from vllm_ops.job import downtime_text, duration
 except ImportError as exc:  # the controller's Python lacks the project's package
     _IMPORT_ERROR: ImportError | None = exc
 else:
@@ -27,7 +28,7 @@ def _wrap(name, func):
             )
         try:
             return func(*args, **kwargs)
-        except (CampaignInputError, TypeError) as exc:
+        except (VllmOpsError, TypeError) as exc:
             raise AnsibleFilterError(f"{name}: {exc}") from None
 
     filter_.__name__ = name

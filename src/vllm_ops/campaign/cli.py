@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_command(PROG, lambda: run(args), CampaignInputError)
+    return run_command(PROG, lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from ansible.errors import AnsibleFilterError
 
 from campaign_helpers import REPO, ansible_env, ansible_tool, make_summary, rank_entry, write_json
 
-TEMPLATE = REPO / "templates" / "campaign_report.md.j2"
+TEMPLATE = REPO / "src" / "vllm_ops" / "templates" / "campaign_report.md.j2"
 FILTER_NAMES = ("vllm_campaign_headline", "vllm_campaign_latency_stats", "vllm_campaign_duration",
                 "vllm_campaign_downtime_text")
 
