@@ -8,14 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from ..cliutil import read_json, run_command
-from ..traces.errors import TraceInputError
-from ..traces.floor import compare_markdown, load_floor
-from ..traces.floor import headline as floor_headline
-from ..traces.floor import to_markdown as floor_markdown
-from .chart import write_chart, write_floor_chart, write_steps_chart
+from .chart import write_chart, write_steps_chart
 from .diskspace import estimate
 from .errors import CampaignInputError
 from .figures import check_summary, headline
@@ -48,13 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary as JSON")
     h.add_argument("meta", metavar="META_JSON", help="the report's campaign dict as JSON (id, host, report, ...)")
     h.add_argument("csv", metavar="CSV_PATH", help="the history file, e.g. artifacts/HOST/history.csv")
-    fl = sub.add_parser("floor", help="print an all-reduce floor (allreduce_bench.py's JSON) as Markdown; with "
-                                      "several, the first (the unit's environment) beside the others (variants)")
-    fl.add_argument("floors", nargs="+", metavar="FLOOR_JSON", help="allreduce_bench.py's JSON")
-    fl.add_argument("--png", metavar="OUT_PNG", help="also draw latency against message size")
-    fl.add_argument("--markdown", metavar="OUT_MD", help="write the Markdown here instead of printing it")
-    fl.add_argument("--failed", action="append", default=[], metavar="NAME=WHY",
-                    help="a variant whose measurement failed, and why (repeatable)")
     es = sub.add_parser("estimate", help="print, as JSON, the room the next capture's traces need on the host")
     es.add_argument("--last", metavar="CAMPAIGN_JSON", help="the host's last campaign.json (default: none)")
     for flag in ("--requests", "--concurrency", "--output-tokens", "--ranks"):
@@ -78,35 +66,8 @@ def _summary(path: str) -> dict:
         raise CampaignInputError(f"summary {path}: {exc}") from None
 
 
-def _floor(args: argparse.Namespace) -> str:
-    try:
-        floors = [load_floor(path) for path in args.floors]
-    except TraceInputError as exc:
-        raise CampaignInputError(str(exc)) from None
-    failed = {}
-    for item in args.failed:
-        name, sep, why = item.partition("=")
-        if not sep or not name:
-            raise CampaignInputError(f"--failed {item!r}: expected NAME=WHY")
-        failed[name] = why
-    text = floor_markdown(floors[0])
-    if len(floors) > 1 or failed:
-        text += "\n" + compare_markdown(floors, failed)
-    if args.markdown:
-        Path(args.markdown).write_text(text, encoding="utf-8")
-        lines = [floor_headline(floors, failed), f"wrote {args.markdown}"]
-    else:
-        lines = [text.rstrip("\n")]
-    if args.png:
-        drawn = write_floor_chart(floors, args.png)
-        lines.append(f"wrote {drawn['path']} ({drawn['sizes']} sizes)")
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace) -> str:
     """Do one command; return the line to print."""
-    if args.command == "floor":
-        return _floor(args)
     if args.command == "estimate":
         last = _load_json(args.last, "campaign record") if args.last else None
         return json.dumps(estimate(last, requests=args.requests, concurrency=args.concurrency,

@@ -12,8 +12,8 @@ import argparse
 import json
 import sys
 
+from ..errors import VllmOpsError
 from .categories import DEFAULT_RULES
-from .errors import TraceInputError
 from .render import to_markdown
 from .summary import (
     DEFAULT_DECODE_PATTERN,
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             keep_going=args.keep_going, top=args.top, categories=args.category or None, jobs=args.jobs,
             parser=args.parser, context=context, allreduce_floor=args.allreduce_floor,
         )
-    except TraceInputError as exc:
+    except VllmOpsError as exc:  # a trace's, or the all-reduce floor's (vllm_ops.allreduce)
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

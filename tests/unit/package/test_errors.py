@@ -3,6 +3,7 @@ command turns one raised by any layer into one line on stderr and exit status 2.
 
 import pytest
 
+from vllm_ops.allreduce import AllreduceInputError
 from vllm_ops.campaign import CampaignInputError
 from vllm_ops.cliutil import run_command
 from vllm_ops.errors import VllmOpsError
@@ -11,7 +12,8 @@ from vllm_ops.job import JobInputError
 from vllm_ops.traces import TraceInputError
 
 
-@pytest.mark.parametrize("error", [TraceInputError, CampaignInputError, ExperimentInputError, JobInputError])
+@pytest.mark.parametrize("error", [TraceInputError, CampaignInputError, ExperimentInputError, AllreduceInputError,
+                                   JobInputError])
 def test_each_input_error_derives_from_the_base(error, capsys):
     assert issubclass(error, VllmOpsError) and issubclass(error, ValueError)
 
