@@ -73,6 +73,12 @@ def write_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None =
             "note": note}
 
 
+def chart_line(drawn: Mapping) -> str:
+    """What :func:`write_chart` did, in one line: ``wrote PATH (8 bars, 2 ranks)``."""
+    note = f"; {drawn['note']}" if drawn["note"] else ""
+    return f"wrote {drawn['path']} ({drawn['bars']} bars, {len(drawn['ranks'])} ranks{note})"
+
+
 def _draw(ax, ranks: list, cats: list[str]) -> None:
     xs = list(range(len(ranks)))
     labels = [f"rank {r.get('rank')}" for r in ranks]
@@ -135,6 +141,13 @@ def step_parts(step: Mapping) -> list[float] | None:
     transfer, wait = exposed_allreduce(step)
     host = step["host_ms"] if step.get("host_ms") is not None else 0.0
     return [compute, transfer, wait, step.get("idle_ms") or 0.0, host]
+
+
+def steps_line(drawn: Mapping) -> str:
+    """What :func:`write_steps_chart` did, in one line: ``wrote PATH (24 steps, 2 ranks, 2 left out)``."""
+    note = f"; {drawn['note']}" if drawn["note"] else ""
+    return (f"wrote {drawn['path']} ({drawn['steps']} steps, {len(drawn['ranks'])} ranks, "
+            f"{drawn['left_out']} left out{note})")
 
 
 def write_steps_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None = None,

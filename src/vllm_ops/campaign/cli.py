@@ -1,6 +1,12 @@
-"""``vllm-campaign-report``: the campaign's controller-side files (chart, history line, headline).
+"""``vllm-campaign-report``: the campaign's controller-side files.
 
-The playbook runs it with ``ansible.builtin.command`` on the controller, since filters do no I/O.
+    vllm-campaign-report analyze DIR [--history CSV] [--template J2] [--decode-pattern RE]
+                                     [--allreduce-floor FLOOR_JSON | --floors-under DIR2]
+
+``analyze`` is the campaign's report, one process (:mod:`.report`); the playbook runs it with
+``ansible.builtin.command`` on the controller, since filters do no I/O. ``estimate`` sizes the
+next capture's traces for the preflight; ``chart``, ``steps``, ``history`` and ``headline`` redo one
+output from a ``summary.json`` already written.
 """
 
 from __future__ import annotations
@@ -10,11 +16,12 @@ import json
 import sys
 
 from ..cliutil import read_json, run_command
-from .chart import write_chart, write_steps_chart
+from .chart import chart_line, steps_line, write_chart, write_steps_chart
 from .diskspace import estimate
 from .errors import CampaignInputError
 from .figures import check_summary, headline
 from .history import COLUMN_DOCS, append_history, history_row
+from .report import analyze
 
 PROG = "vllm-campaign-report"
 
@@ -25,8 +32,27 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 on success, 2 on bad input or usage (one line on stderr).",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    an = sub.add_parser(
+        "analyze", help="the campaign's directory in, every output out: summary.json, campaign.json, decode.png, "
+                        "steps.png, report.md, the history row; prints the headline last",
+        epilog="DIR holds the traces (*.pt.trace.json.gz), capture.json, topology.txt (may be absent) and "
+               "job.json (absent: finished now, downtime not recorded). History columns: "
+               + "; ".join(f"{k}: {v}" for k, v in COLUMN_DOCS.items()))
+    an.add_argument("dir", metavar="DIR", help="the campaign's directory, e.g. artifacts/HOST/CAMPAIGN_ID")
+    an.add_argument("--history", metavar="CSV", help="append the campaign's row to this CSV, e.g. "
+                                                     "artifacts/HOST/history.csv")
+    an.add_argument("--template", metavar="J2", help="render report.md from this template instead of the "
+                                                     "package's campaign_report.md.j2")
+    an.add_argument("--decode-pattern", metavar="RE", default=None,
+                    help="regex of decode-step annotations (empty or absent: the summarizer's default)")
+    floor = an.add_mutually_exclusive_group()
+    floor.add_argument("--allreduce-floor", metavar="FLOOR_JSON",
+                       help="the host's all-reduce floor (allreduce_bench.py's JSON)")
+    floor.add_argument("--floors-under", metavar="DIR2",
+                       help="use the newest allreduce-unit.json at most 3 levels below DIR2 (last by sorted path), "
+                            "e.g. artifacts/HOST")
     c = sub.add_parser("chart", help="write the PNG bar chart of decode time per category and rank")
-    c.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary (vllm_trace_summary's dict) as JSON")
+    c.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary (summary.json) as JSON")
     c.add_argument("out", metavar="OUT_PNG", help="where to write the PNG")
     c.add_argument("--title", help="chart title (default: built from --host and --campaign-id)")
     c.add_argument("--host", help="host named in the default title")
@@ -67,21 +93,21 @@ def _summary(path: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> str:
-    """Do one command; return the line to print."""
+    """Do one command; return the lines to print."""
+    if args.command == "analyze":
+        return "\n".join(analyze(args.dir, history=args.history, template=args.template,
+                                 decode_pattern=args.decode_pattern, allreduce_floor=args.allreduce_floor,
+                                 floors_under=args.floors_under))
     if args.command == "estimate":
         last = _load_json(args.last, "campaign record") if args.last else None
         return json.dumps(estimate(last, requests=args.requests, concurrency=args.concurrency,
                                    output_tokens=args.output_tokens, ranks=args.ranks))
     summary = _summary(args.summary)
     if args.command == "chart":
-        drawn = write_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id, title=args.title)
-        note = f"; {drawn['note']}" if drawn["note"] else ""
-        return f"wrote {drawn['path']} ({drawn['bars']} bars, {len(drawn['ranks'])} ranks{note})"
+        return chart_line(write_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id,
+                                      title=args.title))
     if args.command == "steps":
-        drawn = write_steps_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id)
-        note = f"; {drawn['note']}" if drawn["note"] else ""
-        return (f"wrote {drawn['path']} ({drawn['steps']} steps, {len(drawn['ranks'])} ranks, "
-                f"{drawn['left_out']} left out{note})")
+        return steps_line(write_steps_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id))
     if args.command == "history":
         meta = _load_json(args.meta, "metadata")
         row = history_row(meta, summary)
