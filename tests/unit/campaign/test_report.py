@@ -1,16 +1,44 @@
-"""The campaign's report.md, rendered with plain Jinja2 from Python (vllm_ops.campaign.report), with
-the assertions its tests made when Ansible rendered it."""
+"""The campaign's report.md, rendered with plain Jinja2 from Python (vllm_ops.campaign.report), and
+the functions behind the campaign filters that the report no longer needs (headline, latency
+statistics, duration, downtime), with the assertions their filter tests made."""
 
 import re
 
 import jinja2
 import pytest
 
-from vllm_ops.campaign import CampaignInputError
+from vllm_ops.campaign import CampaignInputError, headline, latency_stats
 from vllm_ops.campaign.report import TEMPLATE, render_report, report_figures
+from vllm_ops.job import JobInputError, downtime_text, duration
 from vllm_ops.render import template_path
 
 from campaign_helpers import make_summary, rank_entry
+
+
+def test_the_former_filters_functions(two_ranks):
+    assert headline("h", two_ranks, "r.md").endswith("skew-corrected 3.50 ms) -> r.md")
+    assert latency_stats([1, 2, 3])["p50"] == 2.0
+    assert duration("2025-01-31T12:00:00Z", "2025-01-31T12:01:01Z") == "1 min 1 s"
+    assert downtime_text({"seconds_not_ready": 0, "gaps": 0}) == "downtime 0 s"
+    # what the playbook test of the filters checked
+    assert headline("localhost", two_ranks, "artifacts/x/report.md") == (
+        "localhost: all-reduce 57.1% of decode CUDA time (12.00 of 21.00 ms/step; skew-corrected 3.50 ms) "
+        "-> artifacts/x/report.md")
+    ttft = latency_stats([40.0, 38.0, 45.0, 41.0])
+    assert ttft["count"] == 4 and ttft["p50"] == 40.5 and ttft["max"] == 45.0
+    assert duration("2025-01-31T12:00:00Z", "2025-01-31T12:14:07Z") == "14 min 7 s"
+
+
+@pytest.mark.parametrize(("func", "args", "error", "message"), [
+    (headline, ("h", "text"), CampaignInputError, "expected a trace summary"),
+    (headline, ({"ranks": []},), TypeError, "missing 1 required positional argument"),
+    (latency_stats, ([1, "x"],), CampaignInputError, "latency #1 is 'x'"),
+    (latency_stats, ([1.0, "slow"],), CampaignInputError, "latency #1 is"),
+    (duration, ("2025-01-31T12:00:00", "2025-01-31T12:00:01Z"), JobInputError, "has no time zone"),
+])
+def test_errors(func, args, error, message):
+    with pytest.raises(error, match=message):
+        func(*args)
 
 
 def test_the_template_ships_in_the_package_and_needs_no_ansible_filter(campaign):
