@@ -97,10 +97,11 @@ experiment: sandbox  ## An experiment on the sandbox: the baseline and three var
 	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
 	$(BIN)/ansible-playbook -i inventory/sandbox experiment.yml -e @examples/experiments/sandbox.yml
 
-lint: venv collections  ## yamllint, ansible-lint, ruff, argument specs vs defaults, roles' entry points, the manual's tables and links
+lint: venv collections  ## yamllint, ansible-lint, ruff, the Python layers (lint-imports), argument specs vs defaults, roles' entry points, the manual
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 	$(PY) tests/check_argument_specs.py
 	$(PY) tests/check_roles.py
 	$(PY) tests/check_docs.py

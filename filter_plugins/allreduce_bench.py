@@ -1,13 +1,13 @@
 """Ansible filters of the all-reduce benchmark role (documented in the sidecar YAML files).
 
-Thin on purpose: the logic lives in ``vllm_ops.allreduce`` where pytest reaches it.
+Thin on purpose: the logic lives in ``vllm_ops.allreduce.runs`` where pytest reaches it.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from vllm_ops import allreduce
+from vllm_ops.allreduce import runs
 
 
 def _wrap(name, func):
@@ -27,6 +27,6 @@ class FilterModule:
 
     def filters(self):
         return {
-            "allreduce_bench_runs": _wrap("allreduce_bench_runs", allreduce.bench_runs),
-            "allreduce_bench_failures": _wrap("allreduce_bench_failures", allreduce.failures),
+            "allreduce_bench_runs": _wrap("allreduce_bench_runs", runs.bench_runs),
+            "allreduce_bench_failures": _wrap("allreduce_bench_failures", runs.failures),
         }

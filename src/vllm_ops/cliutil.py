@@ -1,7 +1,8 @@
 """What the controller's report commands share: reading a JSON input and running a command.
 
-Each command raises its own input error (``CampaignInputError``, ``ExperimentInputError``); these
-helpers take it as a parameter, so the messages stay each command's own.
+:func:`read_json` raises the error class its caller names (``CampaignInputError``,
+``ExperimentInputError``, ...); :func:`run_command` turns any :class:`~vllm_ops.errors.VllmOpsError`
+into one line on stderr, whichever layer raised it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from .errors import VllmOpsError
 
 __all__ = ["read_json", "run_command"]
 
@@ -34,12 +37,12 @@ def read_json(path: str | Path, what: str, error: type[Exception], *, missing: s
         raise error(f"{what} {path}: invalid JSON ({exc.msg}, line {exc.lineno}){damaged}") from None
 
 
-def run_command(prog: str, call: Callable[[], str], error: type[Exception]) -> int:
-    """Run ``call`` and print what it returns: exit 0; on ``error`` (bad input) or an output that
-    could not be written, one line on stderr and exit 2."""
+def run_command(prog: str, call: Callable[[], str]) -> int:
+    """Run ``call`` and print what it returns: exit 0; on bad input (a :class:`VllmOpsError`) or an
+    output that could not be written, one line on stderr and exit 2."""
     try:
         text = call()
-    except error as exc:
+    except VllmOpsError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # an output could not be written

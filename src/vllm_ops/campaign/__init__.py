@@ -14,9 +14,9 @@ from .chart import write_chart
 from .errors import CampaignInputError
 from .figures import decode_figures, headline
 from .history import COLUMN_DOCS, COLUMNS, append_history, history_row
-from .latency import duration, iso_utc, latency_stats
+from .latency import latency_stats
 
 __all__ = [
-    "COLUMNS", "COLUMN_DOCS", "CampaignInputError", "append_history", "decode_figures", "duration",
-    "headline", "history_row", "iso_utc", "latency_stats", "write_chart",
+    "COLUMNS", "COLUMN_DOCS", "CampaignInputError", "append_history", "decode_figures", "headline",
+    "history_row", "latency_stats", "write_chart",
 ]

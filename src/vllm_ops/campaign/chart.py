@@ -10,32 +10,13 @@ CPU backend) the chart is a text saying so, and the campaign goes on.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 
+from ..charts import HIGHLIGHT, PALETTE, figure, save_png
 from ..traces.summary import exposed_allreduce
 from .figures import check_summary, decode_figures, rank_measured
 
 ALLREDUCE = "allreduce"
-_HIGHLIGHT = "#d62728"  # all-reduce: the one strong colour
-PALETTE = ("#4c72b0", "#8da0cb", "#55a868", "#a6d854", "#c9b23c", "#8172b3", "#937860",
-           "#64b5cd", "#b0b0b0", "#da8bc3", "#606060", "#ccb974")
-
-
-def save_png(fig, path: str | os.PathLike) -> Path:
-    """Write ``fig`` to ``path`` as PNG atomically (a temporary file beside it, then a rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
 
 
 def chart_title(host: str | None = None, campaign_id: str | None = None) -> str:
@@ -69,12 +50,7 @@ def write_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None =
     live = [r for r in ranks if rank_measured(r) and r.get("cuda_ms_per_step") is not None]
     cats = _categories(live)
 
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI
-
-    fig = Figure(figsize=(max(6.0, 1.6 * len(ranks) + 4.0), 5.5), dpi=110, layout="constrained")
+    fig = figure(max(6.0, 1.6 * len(ranks) + 4.0), 5.5)
     ax = fig.add_subplot()
     ax.set_title(title or chart_title(host, campaign_id), fontsize=11)
     note = None
@@ -97,6 +73,12 @@ def write_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None =
             "note": note}
 
 
+def chart_line(drawn: Mapping) -> str:
+    """What :func:`write_chart` did, in one line: ``wrote PATH (8 bars, 2 ranks)``."""
+    note = f"; {drawn['note']}" if drawn["note"] else ""
+    return f"wrote {drawn['path']} ({drawn['bars']} bars, {len(drawn['ranks'])} ranks{note})"
+
+
 def _draw(ax, ranks: list, cats: list[str]) -> None:
     xs = list(range(len(ranks)))
     labels = [f"rank {r.get('rank')}" for r in ranks]
@@ -110,7 +92,7 @@ def _draw(ax, ranks: list, cats: list[str]) -> None:
         is_ar = name == ALLREDUCE
         container = ax.bar(
             live_x, heights, width=0.6, bottom=[bottoms[x] for x in live_x],
-            color=_HIGHLIGHT if is_ar else next(colours), edgecolor="black" if is_ar else "white",
+            color=HIGHLIGHT if is_ar else next(colours), edgecolor="black" if is_ar else "white",
             linewidth=1.2 if is_ar else 0.5, hatch="//" if is_ar else None,
             label=f"{name} (highlighted)" if is_ar else name, zorder=3,
         )
@@ -142,7 +124,7 @@ def _draw(ax, ranks: list, cats: list[str]) -> None:
 
 STEP_PARTS = (  # (label, colour): the parts of a step's period, bottom up
     ("compute busy", "#4c72b0"),
-    ("all-reduce transfer", _HIGHLIGHT),
+    ("all-reduce transfer", HIGHLIGHT),
     ("all-reduce waiting", "#f4a582"),
     ("GPU idle in window", "#d0d0d0"),
     ("host, outside window", "#8c8c8c"),
@@ -161,6 +143,13 @@ def step_parts(step: Mapping) -> list[float] | None:
     return [compute, transfer, wait, step.get("idle_ms") or 0.0, host]
 
 
+def steps_line(drawn: Mapping) -> str:
+    """What :func:`write_steps_chart` did, in one line: ``wrote PATH (24 steps, 2 ranks, 2 left out)``."""
+    note = f"; {drawn['note']}" if drawn["note"] else ""
+    return (f"wrote {drawn['path']} ({drawn['steps']} steps, {len(drawn['ranks'])} ranks, "
+            f"{drawn['left_out']} left out{note})")
+
+
 def write_steps_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None = None,
                       campaign_id: str | None = None) -> dict:
     """Per rank, one stacked bar per decode step: its period split into compute busy,
@@ -169,15 +158,10 @@ def write_steps_chart(summary: Mapping, path: str | os.PathLike, *, host: str | 
     Returns ``{path, ranks, steps, left_out, note}``; a summary without per-step GPU figures
     gets a text instead of bars (``note``)."""
     check_summary(summary)
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure
-
     ranks = [r for r in summary["ranks"] if rank_measured(r) and any(
         step_parts(s) for s in (r.get("steps") or []) if s.get("phase") == "decode")]
     rows = max(1, len(ranks))
-    fig = Figure(figsize=(11.0, 2.6 * rows + 1.2), dpi=110, layout="constrained")
+    fig = figure(11.0, 2.6 * rows + 1.2)
     where = ", ".join(p for p in (host, f"campaign {campaign_id}" if campaign_id else None) if p)
     fig.suptitle("Decode steps: where each step's time goes" + (f"\n{where}" if where else ""), fontsize=11)
     drawn, left = 0, 0
@@ -221,44 +205,3 @@ def write_steps_chart(summary: Mapping, path: str | os.PathLike, *, host: str | 
     path = save_png(fig, path)
     return {"path": str(path), "ranks": [r.get("rank") for r in ranks], "steps": drawn, "left_out": left,
             "note": note}
-
-
-def write_floor_chart(floors: Mapping | list[Mapping], path: str | os.PathLike) -> dict:
-    """Latency per call against message size (log-log), the decode sizes marked with their batch
-    size: for one floor its median with the p90 above it, for several (the unit's environment,
-    then NCCL variants) one median line each. PNG, atomic write. Returns ``{path, sizes}``."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure
-
-    floors = [floors] if isinstance(floors, Mapping) else list(floors)
-    base = floors[0]
-    sizes = base["sizes"]
-    fig = Figure(figsize=(8.0, 5.0), dpi=110, layout="constrained")
-    ax = fig.add_subplot()
-    for i, floor in enumerate(floors):
-        label = "median" if len(floors) == 1 else (floor.get("label") or f"run {i + 1}")
-        ax.plot([s["bytes"] for s in floor["sizes"]], [s["median_us"] for s in floor["sizes"]], marker="o",
-                label=label, zorder=3)
-    if len(floors) == 1 and all(s.get("p90_us") is not None for s in sizes):
-        ax.plot([s["bytes"] for s in sizes], [s["p90_us"] for s in sizes], linestyle="--", color="#8c8c8c",
-                label="p90", zorder=2)
-    for s in sizes:
-        if s.get("batch_size") is not None:
-            ax.annotate(f"batch {s['batch_size']}", (s["bytes"], s["median_us"]), textcoords="offset points",
-                        xytext=(0, 8), ha="center", fontsize=8)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("message size, bytes")
-    ax.set_ylabel("time per all-reduce, µs")
-    world = base.get("world_size")
-    title = (f"All-reduce {'floor' if len(floors) == 1 else 'by variant'}: {world} rank{'' if world == 1 else 's'}, "
-             f"{base.get('backend')}, {base.get('gpu_name') or 'no GPU'}")
-    if world == 1:
-        title += "\n(one rank moves no data: the host's cost per call, not a floor)"
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    path = save_png(fig, path)
-    return {"path": str(path), "sizes": len(sizes)}

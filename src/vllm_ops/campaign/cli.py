@@ -1,6 +1,12 @@
-"""``vllm-campaign-report``: the campaign's controller-side files (chart, history line, headline).
+"""``vllm-campaign-report``: the campaign's controller-side files.
 
-The playbook runs it with ``ansible.builtin.command`` on the controller, since filters do no I/O.
+    vllm-campaign-report analyze DIR [--history CSV] [--template J2] [--decode-pattern RE]
+                                     [--allreduce-floor FLOOR_JSON | --floors-under DIR2]
+
+``analyze`` is the campaign's report, one process (:mod:`.report`); the playbook runs it with
+``ansible.builtin.command`` on the controller, since filters do no I/O. ``estimate`` sizes the
+next capture's traces for the preflight; ``chart``, ``steps``, ``history`` and ``headline`` redo one
+output from a ``summary.json`` already written.
 """
 
 from __future__ import annotations
@@ -8,18 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from ..cliutil import read_json, run_command
-from ..traces.errors import TraceInputError
-from ..traces.floor import compare_markdown, load_floor
-from ..traces.floor import headline as floor_headline
-from ..traces.floor import to_markdown as floor_markdown
-from .chart import write_chart, write_floor_chart, write_steps_chart
+from .chart import chart_line, steps_line, write_chart, write_steps_chart
 from .diskspace import estimate
 from .errors import CampaignInputError
 from .figures import check_summary, headline
 from .history import COLUMN_DOCS, append_history, history_row
+from .report import analyze
 
 PROG = "vllm-campaign-report"
 
@@ -30,8 +32,27 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 on success, 2 on bad input or usage (one line on stderr).",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    an = sub.add_parser(
+        "analyze", help="the campaign's directory in, every output out: summary.json, campaign.json, decode.png, "
+                        "steps.png, report.md, the history row; prints the headline last",
+        epilog="DIR holds the traces (*.pt.trace.json.gz), capture.json, topology.txt (may be absent) and "
+               "job.json (absent: finished now, downtime not recorded). History columns: "
+               + "; ".join(f"{k}: {v}" for k, v in COLUMN_DOCS.items()))
+    an.add_argument("dir", metavar="DIR", help="the campaign's directory, e.g. artifacts/HOST/CAMPAIGN_ID")
+    an.add_argument("--history", metavar="CSV", help="append the campaign's row to this CSV, e.g. "
+                                                     "artifacts/HOST/history.csv")
+    an.add_argument("--template", metavar="J2", help="render report.md from this template instead of the "
+                                                     "package's campaign_report.md.j2")
+    an.add_argument("--decode-pattern", metavar="RE", default=None,
+                    help="regex of decode-step annotations (empty or absent: the summarizer's default)")
+    floor = an.add_mutually_exclusive_group()
+    floor.add_argument("--allreduce-floor", metavar="FLOOR_JSON",
+                       help="the host's all-reduce floor (allreduce_bench.py's JSON)")
+    floor.add_argument("--floors-under", metavar="DIR2",
+                       help="use the newest allreduce-unit.json at most 3 levels below DIR2 (last by sorted path), "
+                            "e.g. artifacts/HOST")
     c = sub.add_parser("chart", help="write the PNG bar chart of decode time per category and rank")
-    c.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary (vllm_trace_summary's dict) as JSON")
+    c.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary (summary.json) as JSON")
     c.add_argument("out", metavar="OUT_PNG", help="where to write the PNG")
     c.add_argument("--title", help="chart title (default: built from --host and --campaign-id)")
     c.add_argument("--host", help="host named in the default title")
@@ -48,13 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("summary", metavar="SUMMARY_JSON", help="the trace summary as JSON")
     h.add_argument("meta", metavar="META_JSON", help="the report's campaign dict as JSON (id, host, report, ...)")
     h.add_argument("csv", metavar="CSV_PATH", help="the history file, e.g. artifacts/HOST/history.csv")
-    fl = sub.add_parser("floor", help="print an all-reduce floor (allreduce_bench.py's JSON) as Markdown; with "
-                                      "several, the first (the unit's environment) beside the others (variants)")
-    fl.add_argument("floors", nargs="+", metavar="FLOOR_JSON", help="allreduce_bench.py's JSON")
-    fl.add_argument("--png", metavar="OUT_PNG", help="also draw latency against message size")
-    fl.add_argument("--markdown", metavar="OUT_MD", help="write the Markdown here instead of printing it")
-    fl.add_argument("--failed", action="append", default=[], metavar="NAME=WHY",
-                    help="a variant whose measurement failed, and why (repeatable)")
     es = sub.add_parser("estimate", help="print, as JSON, the room the next capture's traces need on the host")
     es.add_argument("--last", metavar="CAMPAIGN_JSON", help="the host's last campaign.json (default: none)")
     for flag in ("--requests", "--concurrency", "--output-tokens", "--ranks"):
@@ -78,49 +92,22 @@ def _summary(path: str) -> dict:
         raise CampaignInputError(f"summary {path}: {exc}") from None
 
 
-def _floor(args: argparse.Namespace) -> str:
-    try:
-        floors = [load_floor(path) for path in args.floors]
-    except TraceInputError as exc:
-        raise CampaignInputError(str(exc)) from None
-    failed = {}
-    for item in args.failed:
-        name, sep, why = item.partition("=")
-        if not sep or not name:
-            raise CampaignInputError(f"--failed {item!r}: expected NAME=WHY")
-        failed[name] = why
-    text = floor_markdown(floors[0])
-    if len(floors) > 1 or failed:
-        text += "\n" + compare_markdown(floors, failed)
-    if args.markdown:
-        Path(args.markdown).write_text(text, encoding="utf-8")
-        lines = [floor_headline(floors, failed), f"wrote {args.markdown}"]
-    else:
-        lines = [text.rstrip("\n")]
-    if args.png:
-        drawn = write_floor_chart(floors, args.png)
-        lines.append(f"wrote {drawn['path']} ({drawn['sizes']} sizes)")
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace) -> str:
-    """Do one command; return the line to print."""
-    if args.command == "floor":
-        return _floor(args)
+    """Do one command; return the lines to print."""
+    if args.command == "analyze":
+        return "\n".join(analyze(args.dir, history=args.history, template=args.template,
+                                 decode_pattern=args.decode_pattern, allreduce_floor=args.allreduce_floor,
+                                 floors_under=args.floors_under))
     if args.command == "estimate":
         last = _load_json(args.last, "campaign record") if args.last else None
         return json.dumps(estimate(last, requests=args.requests, concurrency=args.concurrency,
                                    output_tokens=args.output_tokens, ranks=args.ranks))
     summary = _summary(args.summary)
     if args.command == "chart":
-        drawn = write_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id, title=args.title)
-        note = f"; {drawn['note']}" if drawn["note"] else ""
-        return f"wrote {drawn['path']} ({drawn['bars']} bars, {len(drawn['ranks'])} ranks{note})"
+        return chart_line(write_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id,
+                                      title=args.title))
     if args.command == "steps":
-        drawn = write_steps_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id)
-        note = f"; {drawn['note']}" if drawn["note"] else ""
-        return (f"wrote {drawn['path']} ({drawn['steps']} steps, {len(drawn['ranks'])} ranks, "
-                f"{drawn['left_out']} left out{note})")
+        return steps_line(write_steps_chart(summary, args.out, host=args.host, campaign_id=args.campaign_id))
     if args.command == "history":
         meta = _load_json(args.meta, "metadata")
         row = history_row(meta, summary)
@@ -131,7 +118,7 @@ def run(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_command(PROG, lambda: run(args), CampaignInputError)
+    return run_command(PROG, lambda: run(args))
 
 
 if __name__ == "__main__":

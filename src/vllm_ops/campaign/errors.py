@@ -1,5 +1,7 @@
 """The one exception type the campaign front ends turn into a clean message."""
 
+from ..errors import VllmOpsError
 
-class CampaignInputError(ValueError):
+
+class CampaignInputError(VllmOpsError):
     """Bad input: the message is one line naming what was wrong."""

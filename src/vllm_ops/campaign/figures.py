@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from statistics import fmean
 
+from ..job import JobInputError, downtime_text
 from ..traces.render import verdict_sentence
 from .errors import CampaignInputError
 
@@ -152,29 +153,16 @@ def fmt_ms(value: float) -> str:
     return f"{value:.3g}"
 
 
-def downtime_text(downtime: Mapping | None) -> str | None:
-    """``downtime 0 s`` or ``downtime 17.2 s in 2 gaps (longest 9.1 s)`` from a health poller
-    record; None without one."""
-    if not downtime:
-        return None
-    try:
-        seconds, gaps = float(downtime["seconds_not_ready"]), int(downtime["gaps"])
-        longest = float(downtime.get("longest_gap_s") or 0)
-    except (KeyError, TypeError, ValueError):
-        raise CampaignInputError(f"a downtime record needs seconds_not_ready and gaps, got {downtime!r}") from None
-    if not gaps:
-        return "downtime 0 s"
-    return (f"downtime {seconds:.1f} s in {gaps} gap{'s' if gaps != 1 else ''}"
-            + (f" (longest {longest:.1f} s)" if gaps > 1 else ""))
-
-
 def headline(host: str, summary: Mapping, report_path: str | None = None, downtime: Mapping | None = None) -> str:
     """The campaign's one line (:func:`_headline_figures`), then the downtime the campaign cost,
     when a health poller recorded it (:func:`downtime_text`), then ``-> report``."""
     if report_path is not None and not isinstance(report_path, str):
         raise CampaignInputError(f"report_path must be a string, got {type(report_path).__name__}")
     line = _headline_figures(host, summary)
-    down = downtime_text(downtime)
+    try:
+        down = downtime_text(downtime)
+    except JobInputError as exc:
+        raise CampaignInputError(str(exc)) from None
     return line + (f"; {down}" if down else "") + (f" -> {report_path}" if report_path else "")
 
 

@@ -10,17 +10,13 @@ empty for a campaign whose traces hold no GPU kernels (vLLM's CPU backend), whil
 
 from __future__ import annotations
 
-import csv
-import fcntl
-import io
 import os
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from pathlib import Path
 
+from ..csvfile import append_csv_rows
+from ..job import JobInputError, iso_utc, now_iso
 from .errors import CampaignInputError
 from .figures import check_summary, decode_figures, steady_figures
-from .latency import iso_utc
 
 NCCL_VARS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MAX_NCHANNELS")
 
@@ -96,12 +92,15 @@ def history_row(meta: Mapping, summary: Mapping) -> dict:
     env, load, latency = _mapping(meta, "environment"), _mapping(meta, "load"), _mapping(meta, "latency")
     downtime = _mapping(meta, "downtime") or {}
     finished = meta.get("finished_at")
+    try:
+        finished_at = iso_utc(finished, "campaign.finished_at") if finished is not None else now_iso()
+    except JobInputError as exc:
+        raise CampaignInputError(str(exc)) from None
     fig = decode_figures(summary)
     steady = steady_figures(summary)
     row = {
         "campaign_id": _required(meta, "id"),
-        "finished_at": iso_utc(finished if finished is not None else datetime.now(UTC),
-                               "campaign.finished_at"),
+        "finished_at": finished_at,
         "host": _required(meta, "host"),
         "model": meta.get("model"),
         "vllm_version": meta.get("vllm_version"),
@@ -133,90 +132,10 @@ def history_row(meta: Mapping, summary: Mapping) -> dict:
     return row
 
 
-def _cell(value: object, what: str = "history", error: type[Exception] = CampaignInputError) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (Mapping, list, tuple)):
-        raise error(f"a {what} cell must be a scalar, got {type(value).__name__}: {value!r}")
-    return str(value)
-
-
 def append_history(path: str | os.PathLike, row: Mapping) -> bool:
     """Append ``row`` to the CSV at ``path`` (parents created), writing the header first when the
     file is new or empty. Returns True when the header was written. Refuses, with
     :class:`CampaignInputError`, a file whose header is not :data:`COLUMNS` or a row with other keys.
     Concurrent appenders are serialized with an exclusive lock on the file."""
-    return append_csv_rows(path, [row], COLUMNS, added_columns=ADDED_COLUMNS)
-
-
-def append_csv_rows(path: str | os.PathLike, rows: list[Mapping], columns: tuple[str, ...], *,
-                    added_columns: tuple[str, ...] = (), what: str = "history",
-                    error: type[Exception] = CampaignInputError) -> bool:
-    """The shared appender of the project's CSV logs (campaign history, experiments): append
-    ``rows`` (each with exactly ``columns`` as keys, in order) to the CSV at ``path``, parents
-    created, the header first when the file is new or empty; True when the header was written.
-
-    All rows are checked before anything is written, and written under one exclusive lock on the
-    file (concurrent appenders are serialized). A file whose header differs from ``columns`` is
-    never appended to (``error``, naming the file and both headers), except a header that is
-    ``columns`` less some of ``added_columns`` at the end: that file is rewritten with the new
-    header first, its rows padded with empty cells."""
-    lines = io.StringIO()
-    writer = csv.writer(lines, lineterminator="\n")
-    for row in rows:
-        if not isinstance(row, Mapping) or tuple(row) != columns:
-            got = list(row) if isinstance(row, Mapping) else type(row).__name__
-            raise error(f"a {what} row needs exactly the columns {list(columns)}, got {got}")
-        writer.writerow([_cell(row[c], what, error) for c in columns])
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+", newline="", encoding="utf-8") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        fh.seek(0)
-        first = fh.readline()
-        new = not first.strip()
-        if not new:
-            header = next(csv.reader([first]), [])
-            if tuple(header) != columns and _migratable(header, columns, added_columns):
-                _migrate(fh, header, columns)
-            elif tuple(header) != columns:
-                raise error(
-                    f"{path}: its header differs from this version's columns, so nothing was appended "
-                    f"(file: {','.join(header)}; expected: {','.join(columns)}); move the file aside "
-                    "and a new one is started"
-                )
-            fh.seek(0, os.SEEK_END)
-            if fh.tell() and not _ends_with_newline(path):
-                fh.write("\n")
-        if new:
-            fh.seek(0)
-            fh.truncate()
-            csv.writer(fh, lineterminator="\n").writerow(columns)
-        fh.write(lines.getvalue())
-    return new
-
-
-def _migratable(header: list[str], columns: tuple[str, ...], added: tuple[str, ...]) -> bool:
-    """Whether ``header`` is ``columns`` less some of the ``added`` columns at the end."""
-    n = len(header)
-    return len(columns) - len(added) <= n < len(columns) and tuple(header) == columns[:n]
-
-
-def _migrate(fh, header: list[str], columns: tuple[str, ...]) -> None:
-    """Rewrite the locked, open file with the new header, each row padded with empty cells."""
-    fh.seek(0)
-    rows = list(csv.reader(fh))[1:]
-    pad = [""] * (len(columns) - len(header))
-    fh.seek(0)
-    fh.truncate()
-    writer = csv.writer(fh, lineterminator="\n")
-    writer.writerow(columns)
-    writer.writerows(row + pad for row in rows if row)
-
-
-def _ends_with_newline(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        fh.seek(-1, os.SEEK_END)
-        return fh.read(1) == b"\n"
+    return append_csv_rows(path, [row], COLUMNS, added_columns=ADDED_COLUMNS, what="history",
+                           error=CampaignInputError)

@@ -1,4 +1,4 @@
-"""PNG charts of an experiment report, in the campaign charts' style (Agg, no pyplot, atomic write):
+"""PNG charts of an experiment report, in the project's style (:mod:`vllm_ops.charts`):
 
 - :func:`write_throughput_chart`: output throughput against concurrency (log2 axis), one line per
   variant and baseline, error bars from the runs' min to max; a failed point is left out, never drawn
@@ -12,19 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ..campaign.chart import PALETTE, save_png
+from ..charts import PALETTE, figure, save_png
 from .analysis import THROUGHPUT, TPOT
 
 _BASE_COLOURS = ("#202020", "#606060", "#8c8c8c", "#b0b0b0")
-
-
-def _figure(width: float, height: float):
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI
-
-    return Figure(figsize=(width, height), dpi=110, layout="constrained")
 
 
 def _series(report: Mapping) -> list[tuple[Mapping, str, str]]:
@@ -43,7 +34,7 @@ def _title(report: Mapping, what: str) -> str:
 
 def write_throughput_chart(report: Mapping, path: str | os.PathLike) -> dict:
     """Draw the throughput chart; returns ``{path, lines, points}`` (lines drawn, points plotted)."""
-    fig = _figure(8.5, 5.2)
+    fig = figure(8.5, 5.2)
     ax = fig.add_subplot()
     lines = points = 0
     for entry, label, colour in _series(report):
@@ -82,7 +73,7 @@ def write_tpot_chart(report: Mapping, path: str | os.PathLike) -> dict:
     """Draw the TPOT chart; returns ``{path, bars, failed}`` (bars drawn, "failed" marks)."""
     series = _series(report)
     conc = report["load"]["concurrencies"]
-    fig = _figure(max(7.0, 0.35 * len(series) * len(conc) + 4.0), 5.2)
+    fig = figure(max(7.0, 0.35 * len(series) * len(conc) + 4.0), 5.2)
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(series))
     top = max((p["metrics"][TPOT]["max"] or 0.0 for e, _, _ in series for p in e["points"]

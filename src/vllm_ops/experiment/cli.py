@@ -4,25 +4,22 @@ CSV rows, headline). The playbook runs it with ``ansible.builtin.command`` on th
     vllm-experiment-report analyze DIR [--history CSV] [--template J2]
     vllm-experiment-report combine --out OUT [--history CSV] [--template J2] DIR...
 
-Both write ``report.json`` (layout: :mod:`vllm_ops.experiment.report`), ``throughput.png`` and
-``tpot.png`` (into DIR, or OUT for a fleet), append the rows to the CSV when ``--history`` is
-given, write ``report.md`` when ``--template`` is given, and print the headline last.
-Exit status 0, or 2 with one line on stderr on bad input.
+Both write ``report.json`` (layout: :mod:`vllm_ops.experiment.report`), ``throughput.png``,
+``tpot.png`` and ``report.md`` (into DIR, or OUT for a fleet; the Markdown from the template
+shipped in the package, or ``--template``), append the rows to the CSV when ``--history`` is
+given, and print the headline last. Exit status 0, or 2 with one line on stderr on bad input.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from ..artifacts import write_text
 from ..cliutil import run_command
 from .chart import write_throughput_chart, write_tpot_chart
-from .errors import ExperimentInputError
 from .history import COLUMN_DOCS, append_experiment
 from .inputs import load_experiment
 from .render import render_markdown
@@ -42,28 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="CSV columns: " + "; ".join(f"{k}: {v}" for k, v in COLUMN_DOCS.items()))
     a.add_argument("dir", metavar="DIR", help="the experiment directory (experiment.json and bench/)")
     a.add_argument("--history", metavar="CSV", help=csv_help)
-    a.add_argument("--template", metavar="J2", help="also render this template (experiment_report.md.j2) "
-                                                    "to report.md")
+    a.add_argument("--template", metavar="J2", help="render report.md from this template instead of the "
+                                                    "package's experiment_report.md.j2")
     c = sub.add_parser("combine", help="several hosts' directories of one experiment -> one fleet report")
     c.add_argument("dirs", nargs="+", metavar="DIR", help="one experiment directory per host")
     c.add_argument("--out", required=True, metavar="OUT", help="directory for the combined files")
     c.add_argument("--history", metavar="CSV", help=csv_help)
-    c.add_argument("--template", metavar="J2", help="also render this template to OUT/report.md")
+    c.add_argument("--template", metavar="J2", help="render OUT/report.md from this template instead of the "
+                                                    "package's")
     return p
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Write atomically: a temporary file beside ``path``, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def run(args: argparse.Namespace) -> list[str]:
@@ -72,15 +56,14 @@ def run(args: argparse.Namespace) -> list[str]:
     out = Path(args.dir if args.command == "analyze" else args.out)
     report = build_report([load_experiment(d) for d in dirs])
     lines = []
-    _write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
+    write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
     lines.append(f"wrote {out / 'report.json'}")
     t = write_throughput_chart(report, out / report["charts"]["throughput"])
     lines.append(f"wrote {t['path']} ({t['lines']} lines)")
     b = write_tpot_chart(report, out / report["charts"]["tpot"])
     lines.append(f"wrote {b['path']} ({b['bars']} bars, {b['failed']} failed)")
-    if args.template:
-        _write_text(out / "report.md", render_markdown(report, args.template))
-        lines.append(f"wrote {out / 'report.md'}")
+    write_text(out / "report.md", render_markdown(report, args.template))
+    lines.append(f"wrote {out / 'report.md'}")
     if args.history:
         n = append_experiment(args.history, report)
         lines.append(f"appended {n} rows to {args.history}")
@@ -90,7 +73,7 @@ def run(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_command(PROG, lambda: "\n".join(run(args)), ExperimentInputError)
+    return run_command(PROG, lambda: "\n".join(run(args)))
 
 
 if __name__ == "__main__":

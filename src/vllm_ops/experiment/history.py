@@ -1,7 +1,7 @@
 """One CSV row per variant (the baseline too) and concurrency in ``artifacts/<host>/experiments.csv``.
 
 The columns are fixed (:data:`COLUMNS`, described in :data:`COLUMN_DOCS`); the file is appended
-with the campaign history's appender (:func:`vllm_ops.campaign.history.append_csv_rows`): one lock,
+with the project's CSV appender (:func:`vllm_ops.csvfile.append_csv_rows`): one lock,
 header on a new file, and a file whose header differs is never appended to. An empty cell is a
 figure that was not measured, never a zero.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ..campaign.history import append_csv_rows
+from ..csvfile import append_csv_rows
 from .analysis import THROUGHPUT, TPOT
 from .errors import ExperimentInputError
 from .inputs import METRICS

@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from ..campaign.errors import CampaignInputError
-from ..campaign.figures import downtime_text as _downtime_words
+from ..job import JobInputError, duration_words
+from ..job import downtime_text as _downtime_words
 from .analysis import CATEGORY_ORDER, THROUGHPUT, TPOT, analyze_host, rank_key
 from .errors import ExperimentInputError
 from .headline import drift_text, headline
@@ -69,18 +69,14 @@ def _duration(start: str | None, end: str | None) -> str | None:
     a, b = _time(start), _time(end)
     if a is None or b is None or b < a:
         return None
-    total = round((b - a).total_seconds())
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    return " ".join(([f"{hours} h"] if hours else []) + ([f"{minutes} min"] if hours or minutes else [])
-                    + [f"{secs} s"])
+    return duration_words((b - a).total_seconds())
 
 
 def downtime_text(downtime: Mapping | None) -> str | None:
-    """The campaign's words for a health poller's record (the experiment records it the same way)."""
+    """The job's words for a health poller's record (:func:`vllm_ops.job.downtime_text`)."""
     try:
         return _downtime_words(downtime)
-    except CampaignInputError as exc:
+    except JobInputError as exc:
         raise ExperimentInputError(f"experiment.json: downtime: {exc}") from None
 
 

@@ -12,8 +12,8 @@ import argparse
 import json
 import sys
 
+from ..errors import VllmOpsError
 from .categories import DEFAULT_RULES
-from .errors import TraceInputError
 from .render import to_markdown
 from .summary import (
     DEFAULT_DECODE_PATTERN,
@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what `nvidia-smi topo -m` printed on the host, so the advisor knows the interconnect")
     p.add_argument("--interconnect", choices=("nvlink", "pcie", "mixed"),
                    help="the interconnect between the GPUs, instead of --topology")
+    p.add_argument("--tensor-parallel-size", type=int, metavar="N",
+                   help="the server's tensor-parallel size, for the advisor (default: the traces' world size)")
     p.add_argument("--allreduce-floor", metavar="FILE",
                    help="the host's all-reduce floor (allreduce_bench.py's JSON), set beside each collective's "
                         "transfer and used by the verdict")
@@ -92,13 +94,19 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
     if args.interconnect:
         context["interconnect"] = args.interconnect
+    if args.tensor_parallel_size is not None:
+        if args.tensor_parallel_size < 1:
+            print(f"{PROG}: error: --tensor-parallel-size must be at least 1, got {args.tensor_parallel_size}",
+                  file=sys.stderr)
+            return 2
+        context["tensor_parallel_size"] = args.tensor_parallel_size
     try:
         summary = summarize(
             args.paths, decode_pattern=args.decode_pattern, prefill_pattern=args.prefill_pattern,
             keep_going=args.keep_going, top=args.top, categories=args.category or None, jobs=args.jobs,
             parser=args.parser, context=context, allreduce_floor=args.allreduce_floor,
         )
-    except TraceInputError as exc:
+    except VllmOpsError as exc:  # a trace's, or the all-reduce floor's (vllm_ops.allreduce)
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -41,7 +41,8 @@ from statistics import fmean
 
 import numpy as np
 
-from . import collectives, floor, steady, timeline, verdict
+from ..allreduce import floor
+from . import collectives, steady, timeline, verdict
 from .annotations import DECODE, MIXED, PREFILL, StepMatcher
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
 from .errors import TraceInputError

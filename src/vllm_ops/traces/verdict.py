@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .floor import ABOVE_FLOOR, AT_FLOOR
+from ..allreduce.floor import ABOVE_FLOOR, AT_FLOOR
 
 MIN_STEADY_STEPS = 2
 HOST_IDLE_MIN = 0.30

@@ -1,10 +1,10 @@
-"""TTFT/TPOT statistics on known lists, and the duration in words."""
+"""TTFT/TPOT statistics on known lists (the duration in words: tests/unit/package/test_job.py)."""
 
 import statistics
 
 import pytest
 
-from vllm_ops.campaign import CampaignInputError, duration, iso_utc, latency_stats
+from vllm_ops.campaign import CampaignInputError, latency_stats
 
 
 def test_one_to_ten():
@@ -45,28 +45,3 @@ def test_empty_and_digits():
 def test_bad_samples(samples, message):
     with pytest.raises(CampaignInputError, match=message):
         latency_stats(samples)
-
-
-@pytest.mark.parametrize(("start", "end", "words"), [
-    ("2025-01-31T12:00:00Z", "2025-01-31T12:14:07Z", "14 min 7 s"),
-    ("2025-01-31T12:00:00+00:00", "2025-01-31T13:00:07+00:00", "1 h 0 min 7 s"),
-    ("2025-01-31T13:00:00+01:00", "2025-01-31T12:00:42Z", "42 s"),
-    (1738324800, "1738324805.4", "5 s"),
-])
-def test_duration(start, end, words):
-    assert duration(start, end) == words
-
-
-@pytest.mark.parametrize(("start", "end", "message"), [
-    ("2025-01-31T12:00:00", "2025-01-31T12:00:01Z", "started_at: .* has no time zone"),
-    ("2025-01-31T12:00:09Z", "2025-01-31T12:00:01Z", "is before started_at"),
-    ("yesterday", "2025-01-31T12:00:01Z", "not an ISO 8601 time"),
-    (None, "2025-01-31T12:00:01Z", "expected an ISO 8601 time"),
-])
-def test_bad_duration(start, end, message):
-    with pytest.raises(CampaignInputError, match=message):
-        duration(start, end)
-
-
-def test_iso_utc():
-    assert iso_utc("2025-01-31T13:00:00.123+01:00") == "2025-01-31T12:00:00Z"

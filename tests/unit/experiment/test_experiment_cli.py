@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from vllm_ops.experiment.cli import main
+from vllm_ops.render import template_path
 
-TEMPLATE = Path(__file__).resolve().parents[3] / "templates" / "experiment_report.md.j2"
+TEMPLATE = template_path("experiment_report.md.j2")  # the one shipped in the package
 SCRIPT = Path(sys.executable).parent / "vllm-experiment-report"
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -90,5 +91,9 @@ def test_console_script(fixture_dir):
     done = subprocess.run([str(SCRIPT), "analyze", fixture_dir], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1].startswith("best: NCCL_PROTO=LL128")
+    # no --template: the report from the template shipped in the package, as with it
+    text = (Path(fixture_dir) / "report.md").read_text()
+    assert main(["analyze", fixture_dir, "--template", str(TEMPLATE)]) == 0
+    assert (Path(fixture_dir) / "report.md").read_text() == text and done.stdout.splitlines()[-1] in text
     bad = subprocess.run([str(SCRIPT), "analyze"], capture_output=True, text=True, check=False)
     assert bad.returncode == 2

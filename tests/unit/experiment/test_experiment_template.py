@@ -1,15 +1,15 @@
-"""templates/experiment_report.md.j2 renders with plain Jinja2 from report.json."""
+"""experiment_report.md.j2 (shipped in vllm_ops/templates/) renders with plain Jinja2 from report.json."""
 
 import json
-from pathlib import Path
 
 import jinja2
 import pytest
 
 from vllm_ops.experiment import build_report, load_experiment
 from vllm_ops.experiment.render import render_markdown
+from vllm_ops.render import template_path
 
-TEMPLATE = Path(__file__).resolve().parents[3] / "templates" / "experiment_report.md.j2"
+TEMPLATE = template_path("experiment_report.md.j2")  # the one shipped in the package
 
 
 @pytest.fixture
@@ -36,6 +36,7 @@ def test_renders_with_plain_jinja2(report, fx):
 def test_render_markdown_is_the_same_text(report):
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
     assert render_markdown(report, TEMPLATE) == env.from_string(TEMPLATE.read_text()).render(report=report)
+    assert render_markdown(report) == render_markdown(report, TEMPLATE)  # the shipped one by default
 
 
 def test_renders_a_fleet_and_an_unmeasured_baseline(make_dir, tmp_path):

@@ -9,6 +9,8 @@ file's with ``env`` (``Environment=`` would lose to ``EnvironmentFile=``, which 
 applies last).
 
 The first run is always ``unit`` (the service's own environment); the variants follow in order.
+Each writes ``allreduce-<name>.json`` (:func:`result_name`); the unit's, :data:`UNIT_RESULT`, is the
+host's floor that a later campaign finds among the host's artifacts.
 """
 
 from __future__ import annotations
@@ -16,11 +18,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["BASELINE", "bench_runs", "failures"]
+__all__ = ["BASELINE", "UNIT_RESULT", "bench_runs", "failures", "result_name"]
 
 BASELINE = "unit"
 # Seconds the transient unit may outlive the script's own --timeout-s (start-up, the JSON write).
 RUNTIME_MARGIN_S = 120
+
+
+def result_name(run: str) -> str:
+    """The file a run's measurement is written to: ``allreduce-<run>.json``."""
+    return f"allreduce-{run}.json"
+
+
+UNIT_RESULT = result_name(BASELINE)
 
 
 def _csv(values: Sequence[int]) -> str:
@@ -40,7 +50,7 @@ def bench_runs(settings: Mapping) -> list[dict]:
     job = re.sub(r"[^A-Za-z0-9_.-]", "-", str(settings["job_id"]))
     out = []
     for index, run in enumerate(runs):
-        result = f"{settings['host_dir']}/allreduce-{run['name']}.json"
+        result = f"{settings['host_dir']}/{result_name(run['name'])}"
         unit = f"vllm-ops-allreduce-{job}-{index}"
         argv = [
             "systemd-run", "--quiet", "--wait", "--pipe", "--collect", "--service-type=exec",
@@ -69,7 +79,6 @@ def bench_runs(settings: Mapping) -> list[dict]:
         out.append({"name": run["name"], "environment": run["environment"], "out": result, "unit": unit,
                     "argv": argv})
     return out
-
 
 
 def failures(results: Sequence[Mapping]) -> list[str]:

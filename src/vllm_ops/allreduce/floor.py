@@ -25,14 +25,14 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-from .errors import TraceInputError
+from .errors import AllreduceInputError
 
 AT_FLOOR = 1.25
 ABOVE_FLOOR = 1.5
 
 
 def load_floor(source: str | Path | Mapping) -> dict:
-    """A floor from its JSON file (or the parsed dict), checked. Raises TraceInputError."""
+    """A floor from its JSON file (or the parsed dict), checked. Raises AllreduceInputError."""
     if isinstance(source, Mapping):
         data, where = dict(source), "allreduce floor"
     else:
@@ -40,21 +40,21 @@ def load_floor(source: str | Path | Mapping) -> dict:
         try:
             data = json.loads(Path(source).read_text(encoding="utf-8"))
         except OSError as exc:
-            raise TraceInputError(f"{where}: cannot read the all-reduce floor: {exc.strerror or exc}") from None
+            raise AllreduceInputError(f"{where}: cannot read the all-reduce floor: {exc.strerror or exc}") from None
         except ValueError as exc:
-            raise TraceInputError(f"{where}: the all-reduce floor is not JSON: {exc}") from None
+            raise AllreduceInputError(f"{where}: the all-reduce floor is not JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("tool") != "allreduce_bench" or data.get("schema") != 1:
-        raise TraceInputError(f"{where}: not an all-reduce floor (expected allreduce_bench's JSON, schema 1)")
+        raise AllreduceInputError(f"{where}: not an all-reduce floor (expected allreduce_bench's JSON, schema 1)")
     sizes = data.get("sizes")
     if not isinstance(sizes, list) or not sizes:
-        raise TraceInputError(f"{where}: the all-reduce floor has no sizes")
+        raise AllreduceInputError(f"{where}: the all-reduce floor has no sizes")
     for row in sizes:
         if not (isinstance(row, dict) and isinstance(row.get("bytes"), int) and row["bytes"] > 0
                 and isinstance(row.get("median_us"), (int, float)) and row["median_us"] > 0):
-            raise TraceInputError(f"{where}: a floor size lacks a positive bytes or median_us: {row!r}")
+            raise AllreduceInputError(f"{where}: a floor size lacks a positive bytes or median_us: {row!r}")
     world = data.get("world_size")
     if not isinstance(world, int) or world < 1:
-        raise TraceInputError(f"{where}: the all-reduce floor has no world_size")
+        raise AllreduceInputError(f"{where}: the all-reduce floor has no world_size")
     data["sizes"] = sorted(sizes, key=lambda r: r["bytes"])
     data["source"] = where
     return data

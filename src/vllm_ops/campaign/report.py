@@ -1,0 +1,147 @@
+"""``vllm-campaign-report analyze DIR``: one process takes a campaign's files in and writes every
+output, as ``vllm-experiment-report analyze`` does for an experiment.
+
+In (DIR, written by the Ansible side; :mod:`.inputs`): the traces, ``capture.json``,
+``topology.txt``, optionally ``job.json``; the all-reduce floor given, or the newest
+``allreduce-unit.json`` under ``--floors-under``.
+Out (DIR, each file written atomically): ``summary.json`` (the trace summary, with the
+interconnect and TP size as context), ``campaign.json`` (:func:`campaign_record`), ``decode.png``,
+``steps.png``, ``report.md`` (the template shipped in the package, or ``--template``, rendered
+with :func:`report_figures`), and with ``--history`` the campaign's row appended to that CSV.
+Printed: one line per file, the headline last (computed once, here, and passed to the report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+
+from .. import artifacts
+from ..allreduce import UNIT_RESULT, AllreduceInputError
+from ..job import JobInputError, downtime_text, duration, now_iso
+from ..render import render
+from ..traces import summarize, to_markdown
+from .chart import chart_line, steps_line, write_chart, write_steps_chart
+from .errors import CampaignInputError
+from .figures import headline
+from .history import append_history, history_row
+from .inputs import load_capture, load_job, read_topology, trace_files
+from .latency import latency_stats
+
+__all__ = ["TEMPLATE", "analyze", "campaign_record", "render_report", "report_figures"]
+
+TEMPLATE = "campaign_report.md.j2"
+# Environment names that look like secrets: the report prints "(hidden)" instead of their value.
+SECRET_NAME = re.compile(r"(?i)token|secret|passw|credential|key")
+FLOOR_DEPTH = 3  # levels below --floors-under: <host>/<job id>/allreduce/allreduce-unit.json from artifacts/<host>
+
+
+def choose_floor(floor: str | None, floors_under: str | None) -> str | None:
+    """The floor given, else the newest host floor (:data:`~vllm_ops.allreduce.UNIT_RESULT`) under
+    ``floors_under``, else None."""
+    if floor:
+        return floor
+    return artifacts.find_newest(floors_under, UNIT_RESULT, FLOOR_DEPTH) if floors_under else None
+
+
+def campaign_record(directory: str, capture: Mapping, job: Mapping | None, topology: Mapping,
+                    floor: str | None) -> dict:
+    """``campaign.json``: what the campaign did and measured, the report's ``campaign`` dict less
+    its summary. ``finished_at`` and ``downtime`` are the job's, when it recorded them (job.json);
+    else now and null (a profiled variant, reported mid-experiment)."""
+    return {
+        "id": capture["id"], "host": capture["host"], "started_at": capture["started_at"],
+        "finished_at": job["finished_at"] if job else now_iso(), "model": capture["model"],
+        "vllm_version": capture["vllm_version"], "tensor_parallel_size": capture["tensor_parallel_size"],
+        "topology": dict(topology), "variant": capture["variant"], "environment": capture["environment"],
+        "downtime": job["downtime"] if job else None, "path": capture["path"], "allreduce_floor": floor,
+        "settings": capture["settings"], "profiler_config": capture["profiler_config"], "load": capture["load"],
+        "latency": {key: latency_stats(capture["samples"][key]) for key in ("ttft_ms", "tpot_ms")},
+        "traces": capture["traces"],
+        "summary_json": artifacts.SUMMARY_JSON, "chart_png": artifacts.DECODE_PNG, "steps_png": artifacts.STEPS_PNG,
+        "report": os.path.join(directory, artifacts.REPORT_MD),
+    }
+
+
+def report_figures(campaign: Mapping, headline_text: str | None = None) -> dict:
+    """What the template prints but does not compute (the ``figures`` of campaign_report.md.j2),
+    from the report's ``campaign`` dict (the record with its ``summary``). ``headline_text`` is the
+    headline without the report's path; computed here when not given."""
+    summary = campaign["summary"]
+    downtime = campaign.get("downtime")
+    try:
+        took = duration(campaign["started_at"], campaign["finished_at"])
+        down = downtime_text(downtime)
+    except JobInputError as exc:
+        raise CampaignInputError(f"campaign {campaign.get('id')}: {exc}") from None
+    if headline_text is None:
+        headline_text = headline(campaign["host"], summary, None, downtime)
+    gpus, seen = [], set()
+    for r in summary["ranks"]:  # in rank order, each GPU once (case-insensitive, as Jinja's unique)
+        device = r.get("device")
+        key = device.lower() if isinstance(device, str) else device
+        if device and key not in seen:
+            seen.add(key)
+            gpus.append(str(device))
+    profiler = campaign.get("profiler_config")
+    return {
+        "headline": headline_text,
+        "duration": took,
+        "downtime": down,
+        "gpus": ", ".join(gpus),
+        "hidden": sorted(name for name in (campaign.get("environment") or {}) if SECRET_NAME.search(str(name))),
+        "profiler_json": json.dumps(profiler, indent=2, sort_keys=True, separators=(",", ": "))
+        if isinstance(profiler, Mapping) else None,
+        "traces": [{"rank": t.get("rank"), "name": os.path.basename(str(t.get("file"))), "bytes": t.get("bytes"),
+                    "sha256": t.get("sha256")}
+                   for t in sorted(campaign.get("traces") or [], key=lambda t: t.get("rank"))],
+        "trace_tables": to_markdown({**summary, "warnings": []}),
+    }
+
+
+def render_report(campaign: Mapping, figures: Mapping | None = None, template: str | os.PathLike | None = None) -> str:
+    """``report.md``: the template (None: the package's) rendered with ``campaign`` (the record and
+    its ``summary``) and ``figures`` (:func:`report_figures`, computed when not given)."""
+    figures = report_figures(campaign) if figures is None else figures
+    return render(template, TEMPLATE, {"campaign": campaign, "figures": figures}, error=CampaignInputError)
+
+
+def analyze(directory: str, *, history: str | None = None, template: str | None = None,
+            decode_pattern: str | None = None, allreduce_floor: str | None = None,
+            floors_under: str | None = None) -> list[str]:
+    """Write every output of the campaign in ``directory``; return the lines to print, the headline last."""
+    if not os.path.isdir(directory):
+        raise CampaignInputError(f"{directory}: no such directory; give the campaign's directory "
+                                 "(artifacts/<host>/<campaign id>)")
+    capture = load_capture(directory)
+    job = load_job(directory, capture)
+    topology = read_topology(directory)
+    floor = choose_floor(allreduce_floor, floors_under)
+    context = {"interconnect": topology["interconnect"], "tensor_parallel_size": capture["tensor_parallel_size"]}
+    try:
+        summary = summarize(trace_files(directory, capture), decode_pattern=decode_pattern or None, context=context,
+                            allreduce_floor=floor)
+    except AllreduceInputError as exc:
+        raise CampaignInputError(f"{exc}; give another --allreduce-floor, or measure the floor again "
+                                 "(playbooks/allreduce_bench.yml)") from None
+    record = campaign_record(directory, capture, job, topology, floor)
+    campaign = {**record, "summary": summary}
+    line = headline(record["host"], summary, None, record["downtime"])
+    text = render_report(campaign, report_figures(campaign, line), template)
+    row = history_row(record, summary) if history else None
+
+    out = os.path.join
+    lines = [f"wrote {artifacts.write_json(out(directory, artifacts.SUMMARY_JSON), summary)}",
+             f"wrote {artifacts.write_json(out(directory, artifacts.CAMPAIGN_JSON), record)}"]
+    lines.append(chart_line(write_chart(summary, out(directory, artifacts.DECODE_PNG), host=record["host"],
+                                        campaign_id=record["id"])))
+    lines.append(steps_line(write_steps_chart(summary, out(directory, artifacts.STEPS_PNG), host=record["host"],
+                                              campaign_id=record["id"])))
+    lines.append(f"wrote {artifacts.write_text(record['report'], text)}")
+    if row is not None:
+        created = append_history(history, row)
+        lines.append(f"{'created' if created else 'appended to'} {history}: campaign {row['campaign_id']}")
+    lines.append(f"{line} -> {record['report']}")
+    return lines
