@@ -1,7 +1,8 @@
 """``vllm bench serve``: a real client of vLLM 0.32's serving benchmark (the subset the project
 uses: the random dataset, streamed OpenAI completions), run against a server, the stand-in or
 a real vLLM. It measures each request as vLLM's ``async_request_openai_completions`` does,
-prints vLLM's table and saves vLLM's result JSON (README.md: "vllm bench serve")."""
+prints vLLM's table and saves vLLM's result JSON (molecule/resources/standin/README.md:
+"vllm bench serve")."""
 
 import argparse
 import http.client

@@ -1,7 +1,7 @@
 """One completion request in simulated time, and --max-num-seqs' slots.
 
 The model of the timing (prefill, decode steps, speculative decoding) is in ``Generation``'s
-docstring and in README.md."""
+docstring and in molecule/resources/standin/README.md."""
 
 import contextlib
 import json

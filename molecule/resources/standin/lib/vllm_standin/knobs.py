@@ -1,7 +1,7 @@
 """Knobs (environment, or KEY=VALUE lines in the knob file) and fault switches (files, read
 at the moment the fault applies, so a test can create or remove them while the server runs).
 
-README.md next to this package lists them."""
+molecule/resources/standin/README.md lists them."""
 
 import contextlib
 import os
