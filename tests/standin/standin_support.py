@@ -22,7 +22,8 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN_DIR = ROOT / "molecule" / "resources" / "standin"
-VLLM = STANDIN_DIR / "vllm_standin.py"
+VLLM = STANDIN_DIR / "bin" / "vllm"  # the launcher, run as on the sandbox; the package is in lib/
+STANDIN_LIB = STANDIN_DIR / "lib"
 NVIDIA_SMI = STANDIN_DIR / "nvidia_smi.py"
 TEMPLATES = ROOT / "tests" / "data" / "traces" / "h200_tp2_decode"
 H200_MIB = 143771
@@ -142,8 +143,9 @@ class Server:
         self.port = free_port()
         self.proc = None
 
-    def start(self, *extra, tp=1, env=None, model=None):
-        argv = [sys.executable, str(VLLM), "serve", str(model or self.sandbox.model),
+    def start(self, *extra, tp=1, env=None, model=None, command=None):
+        """``command`` (default: this Python running the launcher) ``serve MODEL ...``."""
+        argv = [*(command or [sys.executable, str(VLLM)]), "serve", str(model or self.sandbox.model),
                 "--host", "127.0.0.1", "--port", str(self.port),
                 "--tensor-parallel-size", str(tp), "--gpu-memory-utilization", "0.95",
                 "--max-model-len", "4096", *extra]

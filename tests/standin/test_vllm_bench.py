@@ -4,7 +4,7 @@ No test asserts an upper bound on a duration: the simulated times are sleeps, so
 give lower bounds.
 """
 
-import importlib.util
+import importlib
 import json
 import math
 import random
@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from standin_support import BENCH_RESULT_KEYS, VLLM, WAIT_S
+from standin_support import BENCH_RESULT_KEYS, STANDIN_LIB, VLLM, WAIT_S
 
 SPEC_KEYS = ["spec_decode_acceptance_rate", "spec_decode_acceptance_length",
              "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens",
@@ -51,10 +51,10 @@ def bench(sandbox, *args, env=None, port=None, tmp_path=None, name="result.json"
 
 
 def load_standin():
-    spec = importlib.util.spec_from_file_location("vllm_standin", VLLM)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The stand-in's bench module, imported from the package the launcher runs."""
+    if str(STANDIN_LIB) not in sys.path:
+        sys.path.insert(0, str(STANDIN_LIB))
+    return importlib.import_module("vllm_standin.bench")
 
 
 def counter(metrics, name):

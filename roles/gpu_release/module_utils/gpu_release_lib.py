@@ -4,21 +4,24 @@ Target-side logic of the ``gpu_release`` module. It runs on the managed host, so
 the Python standard library only (never the controller-side ``vllm_ops`` package) and stays
 compatible with Python 3.9.
 
-The steps, each a plain function pytest can call on its own:
+``release`` is four phases, each a plain function pytest can call on its own:
 
-1. ``discover_devices`` lists ``/dev/nvidiaN`` (never the shared control nodes).
-2. ``scan`` asks ``fuser <device>`` for the PIDs holding each node (or, on a host without
-   psmisc, reads ``/proc/<pid>/{fd,maps}`` as fuser does) and reads
-   ``/proc/<pid>/{stat,comm,cmdline,status,cgroup}`` for command, user and systemd unit.
-3. ``classify`` sorts each holder: ``protected`` (this process or an ancestor), ``ignored``
-   (GPU daemons such as nvidia-persistenced), ``owned`` (the service's) or ``foreign``.
-4. ``terminate`` sends SIGTERM, waits for ``/proc/<pid>`` to vanish, sends SIGKILL to the
-   survivors and waits again; zombies count as gone, and a PID whose start time changed
-   (reused) is never signalled.
-5. ``wait_for_memory`` polls ``nvidia-smi`` until no released PID holds memory and every GPU
+1. ``discover``, read-only: the devices (given, or ``discover_devices``: ``/dev/nvidiaN``,
+   never the shared control nodes, which are refused), the classification rules, the holder
+   finder, and from ``nvidia-smi`` each node's GPU index and the memory before.
+2. ``classify_holders``: ``fuser <device>`` gives the PIDs holding each node (or, on a host
+   without psmisc, ``/proc/<pid>/{fd,maps}`` read as fuser does), ``/proc/<pid>/{stat,comm,
+   cmdline,status,cgroup}`` command, user and systemd unit, and ``classify`` sorts each
+   holder: ``protected`` (this process or an ancestor), ``ignored`` (GPU daemons such as
+   nvidia-persistenced), ``owned`` (the service's) or ``foreign``.
+3. ``signal_holders``: ``terminate`` sends SIGTERM, waits for ``/proc/<pid>`` to vanish,
+   sends SIGKILL to the survivors and waits again (zombies count as gone, and a PID whose
+   start time changed, reused, is never signalled); classified again, up to ``MAX_ROUNDS``.
+4. ``verify``: the holders still there and those left alive are problems, and
+   ``wait_for_memory`` polls ``nvidia-smi`` until no released PID holds memory and every GPU
    that no foreign holder occupies is at or under the threshold.
 
-``release`` chains them and returns a result dictionary the module hands to Ansible.
+``release`` composes them and returns a result dictionary the module hands to Ansible.
 """
 
 import os
@@ -486,17 +489,40 @@ def _group_by_pid(found, wanted):
     return grouped
 
 
-def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=(),
-            term_timeout_s=30, kill_timeout_s=30, force_foreign=False, memory_threshold_mib=1024,
-            settle_timeout_s=60, nvidia_smi="nvidia-smi", fuser="fuser", check_mode=False,
-            proc_root="/proc", dev_dir="/dev", clock=time.monotonic, sleep=time.sleep):
-    """Release the devices; returns ``(result, error_message_or_None)``.
+def kinds_to_signal(force_foreign):
+    """The holder kinds a release signals: the service's own, and foreign ones when forced."""
+    return (OWNED, FOREIGN) if force_foreign else (OWNED,)
 
-    ``result`` carries ``changed``, ``msg``, ``warnings`` and the figures the module returns;
-    an error message means the module must fail (after what it could release was released).
-    Raises ``ReleaseError`` for problems found before anything was signalled.
+
+def holder_finder(fuser_path, proc_root="/proc"):
+    """``finder(device) -> [pid]``: ``fuser`` when the host has it, else the ``/proc`` scan."""
+    if fuser_path is None:
+
+        def finder(device):
+            return proc_pids(device, proc_root)
+    else:
+
+        def finder(device):
+            return fuser_pids(fuser_path, device)
+
+    return finder
+
+
+# --------------------------------------------------------------------------- phase 1: discover
+
+
+def discover(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=(), fuser="fuser",
+             nvidia_smi="nvidia-smi", proc_root="/proc", dev_dir="/dev"):
+    """What to release and with what, read-only: the plan the other phases work from.
+
+    The devices (the given ones, else ``discover_devices``), checked: a shared control node or
+    an invalid pattern raises ``ReleaseError`` before any tool runs. Then the rules (compiled
+    patterns, units), the holder finder (fuser, else ``/proc``), an entry per device, and from
+    nvidia-smi, when there is one, the memory before and each node's GPU index (its minor
+    number). Returns a dict: ``devices``, ``present`` (those that exist), ``entries``
+    (``{device: entry}``), ``rules``, ``finder``, ``fuser`` (path or None), ``nvidia_smi``
+    (path or None), ``memory_before`` (``{index: used_mib}`` or None) and ``warnings``.
     """
-    started = clock()
     warnings = []
     devices = list(devices or [])
     if not devices:
@@ -506,26 +532,20 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
     errors = validate_devices(devices)
     if errors:
         raise ReleaseError("; ".join(errors))
-    owned_res = compile_patterns(owned_patterns, "owned_patterns")
-    ignored_res = compile_patterns(ignored_patterns, "ignored_patterns")
-    units = {normalize_unit(unit) for unit in owned_units if unit and unit.strip()}
+    rules = {
+        "owned": compile_patterns(owned_patterns, "owned_patterns"),
+        "ignored": compile_patterns(ignored_patterns, "ignored_patterns"),
+        "units": {normalize_unit(unit) for unit in owned_units if unit and unit.strip()},
+    }
     fuser_path = resolve_command(fuser)
     if fuser_path is None:
         warnings.append("%s not found (psmisc not installed): holders found by reading /proc "
                         "directly" % fuser)
 
-        def finder(device):
-            return proc_pids(device, proc_root)
-    else:
-
-        def finder(device):
-            return fuser_pids(fuser_path, device)
-
     entries = {device: _new_device_entry(device) for device in devices}
     for device, entry in entries.items():
         if not entry["exists"]:
             warnings.append("device %s does not exist: skipped" % device)
-    present = [device for device in devices if entries[device]["exists"]]
     if os.geteuid() != 0:
         warnings.append("not running as root: fuser sees only this user's processes, so holders "
                         "of other users are missed (use become: true)")
@@ -536,30 +556,77 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
         warnings.append("%s not found on this host: GPU memory not checked, release verified by "
                         "fuser alone" % nvidia_smi)
     else:
-        try:
-            memory_before = query_memory(nvsmi)
-        except ReleaseError as exc:
-            warnings.append("memory before release unknown: %s" % exc)
-        minors = query_minor_numbers(nvsmi)
-        if minors is not None:
-            for device, entry in entries.items():
-                number = device_index(device)
-                entry["index"] = minors.get(number) if number is not None else None
-                if number is not None and entry["index"] is None and entry["exists"]:
-                    warnings.append("%s: no GPU with minor number %d in nvidia-smi: its memory "
-                                    "is not checked" % (device, number))
+        memory_before = _read_gpus(nvsmi, entries, warnings)
+    return {
+        "devices": devices,
+        "present": [device for device in devices if entries[device]["exists"]],
+        "entries": entries,
+        "rules": rules,
+        "finder": holder_finder(fuser_path, proc_root),
+        "fuser": fuser_path,
+        "nvidia_smi": nvsmi,
+        "memory_before": memory_before,
+        "warnings": warnings,
+    }
 
-    protected = protected_pids(proc_root=proc_root)
+
+def _read_gpus(nvsmi, entries, warnings):
+    """The memory before (None when unreadable); sets each entry's GPU index from its minor
+    number when nvidia-smi knows the numbers."""
+    memory_before = None
+    try:
+        memory_before = query_memory(nvsmi)
+    except ReleaseError as exc:
+        warnings.append("memory before release unknown: %s" % exc)
+    minors = query_minor_numbers(nvsmi)
+    if minors is not None:
+        for device, entry in entries.items():
+            number = device_index(device)
+            entry["index"] = minors.get(number) if number is not None else None
+            if number is not None and entry["index"] is None and entry["exists"]:
+                warnings.append("%s: no GPU with minor number %d in nvidia-smi: its memory "
+                                "is not checked" % (device, number))
+    return memory_before
+
+
+# --------------------------------------------------------------------------- phase 2: classify
+
+
+def classify_holders(plan, protected, proc_root="/proc"):
+    """``{device: [holder, ...]}`` for the plan's present devices, as they are held now.
+
+    Each holder is ``read_process`` output with the ``kind`` and ``reason`` that ``classify``
+    gives it under the plan's rules; ``protected`` PIDs (``protected_pids``) are ``protected``.
+    """
+    rules = plan["rules"]
 
     def classifier(info):
-        return classify(info, owned_res, units, ignored_res, protected)
+        return classify(info, rules["owned"], rules["units"], rules["ignored"], protected)
 
-    to_signal = (OWNED, FOREIGN) if force_foreign else (OWNED,)
+    return scan(plan["present"], plan["finder"], classifier, proc_root)
+
+
+# --------------------------------------------------------------------------- phase 3: signal
+
+
+def signal_holders(plan, protected, force_foreign=False, check_mode=False, term_timeout_s=30,
+                   kill_timeout_s=30, proc_root="/proc", clock=time.monotonic, sleep=time.sleep):
+    """Classify, signal what is to be signalled (``terminate``), and classify again.
+
+    At most ``MAX_ROUNDS`` rounds: a dying parent may leave a child that opened a device late.
+    Each PID is signalled in one round only; in check mode nothing is signalled and one round
+    tells what would be. Every holder seen is added to its device's entry in the plan, with
+    what was signalled, killed (or would be signalled) among them. Returns a dict: ``found``
+    (the last classification), ``signalled``, ``killed``, ``forced`` (foreign PIDs signalled)
+    and ``would_signal``.
+    """
+    entries = plan["entries"]
+    to_signal = kinds_to_signal(force_foreign)
     signalled, killed, forced = [], [], []
     seen = {}
     found = {}
     for _ in range(MAX_ROUNDS):
-        found = scan(present, finder, classifier, proc_root)
+        found = classify_holders(plan, protected, proc_root)
         for device, holders in found.items():
             known = {h["pid"] for h in entries[device]["holders"]}
             entries[device]["holders"].extend(_public(h) for h in holders if h["pid"] not in known)
@@ -570,14 +637,14 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
                 seen[info["pid"]] = info
         if check_mode or not targets:
             break
-        # Survivors of SIGKILL show up in the next scan and are reported below.
+        # Survivors of SIGKILL show up in the next classification and are reported by verify.
         sent, sent_kill, _left = terminate(targets, term_timeout_s, kill_timeout_s, proc_root,
                                            clock, sleep)
         signalled.extend(sent)
         killed.extend(sent_kill)
         forced.extend(pid for pid in sent if seen[pid]["kind"] == FOREIGN)
     else:
-        found = scan(present, finder, classifier, proc_root)
+        found = classify_holders(plan, protected, proc_root)
 
     would_signal = sorted(seen) if check_mode else []
     for entry in entries.values():
@@ -585,11 +652,28 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
         entry["signalled"] = sorted(held.intersection(signalled))
         entry["killed"] = sorted(held.intersection(killed))
         entry["would_signal"] = sorted(held.intersection(would_signal))
+    return {"found": found, "signalled": signalled, "killed": killed, "forced": forced,
+            "would_signal": would_signal}
 
-    problems = []
-    # Owned holders that outlived SIGKILL, or that came back after MAX_ROUNDS.
+
+# --------------------------------------------------------------------------- phase 4: verify
+
+
+def verify(plan, outcome, force_foreign=False, check_mode=False, memory_threshold_mib=1024,
+           settle_timeout_s=60, kill_timeout_s=30, clock=time.monotonic, sleep=time.sleep):
+    """What the release left: holders still there, and the GPU memory.
+
+    Problems (each fails the run): a holder to signal that is still there (it outlived
+    SIGKILL, or came back after ``MAX_ROUNDS``); a holder left alive (foreign unless forced,
+    protected always), named with what it holds; GPU memory the driver did not free within
+    ``settle_timeout_s`` (``wait_for_memory``), or that cannot be read. Returns a dict:
+    ``problems``, ``warnings``, ``foreign`` (the holders left alive), ``ignored``,
+    ``memory_after`` and ``apps_after`` (None when not read).
+    """
+    found = outcome["found"]
+    problems, warnings = [], []
     if not check_mode:
-        alive = _group_by_pid(found, to_signal)
+        alive = _group_by_pid(found, kinds_to_signal(force_foreign))
         if alive:
             problems.append("still holding the GPUs after SIGTERM, SIGKILL and %d s: %s" % (
                 kill_timeout_s, "; ".join("%s, state %s, holds %s" % (
@@ -614,13 +698,24 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
     ignored = [dict(_public(info), devices=devs)
                for info, devs in (_group_by_pid(found, (IGNORED,)).values())]
 
-    if forced:
+    if outcome["forced"]:
         warnings.append("gpu_release_force_foreign is true: signalled foreign holders %s"
-                        % ", ".join(str(pid) for pid in forced))
+                        % ", ".join(str(pid) for pid in outcome["forced"]))
 
+    memory_after, apps_after = _verify_memory(plan, outcome, foreign, check_mode,
+                                              memory_threshold_mib, settle_timeout_s,
+                                              problems, warnings, clock, sleep)
+    return {"problems": problems, "warnings": warnings, "foreign": foreign, "ignored": ignored,
+            "memory_after": memory_after, "apps_after": apps_after}
+
+
+def _verify_memory(plan, outcome, foreign, check_mode, memory_threshold_mib, settle_timeout_s,
+                   problems, warnings, clock, sleep):
+    """``(memory_after, apps_after)``; adds to ``problems`` and ``warnings`` what it finds."""
+    entries, nvsmi = plan["entries"], plan["nvidia_smi"]
     memory_after = None
     apps_after = None
-    indices = sorted(i for i in (entries[d]["index"] for d in present) if i is not None)
+    indices = sorted(i for i in (entries[d]["index"] for d in plan["present"]) if i is not None)
     if nvsmi is not None and not check_mode:
         # A holder left alive keeps its memory (and, with CUDA, holds every GPU node, not just
         # its own), so the threshold applies only to GPUs no such holder occupies; on the
@@ -630,7 +725,7 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
         checked = [i for i in indices if i not in blocked]
         try:
             memory_after = wait_for_memory(nvsmi, checked, memory_threshold_mib,
-                                           settle_timeout_s, signalled, clock, sleep)
+                                           settle_timeout_s, outcome["signalled"], clock, sleep)
             apps_after = query_compute_apps(nvsmi)
         except ReleaseError as exc:
             problems.append("cannot verify GPU memory: %s" % exc)
@@ -647,13 +742,20 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
                         ", ".join("GPU %d %d MiB" % (i, memory_after[i]) for i in over),
                         ", ".join("PID %d %s %s MiB" % (a["pid"], a["process_name"], a["used_mib"])
                                   for a in apps_after or []) or "none listed"))
-    elif check_mode and memory_before and not would_signal:
-        over = over_threshold(memory_before, indices, memory_threshold_mib)
+    elif check_mode and plan["memory_before"] and not outcome["would_signal"]:
+        over = over_threshold(plan["memory_before"], indices, memory_threshold_mib)
         if over:
             warnings.append("check mode: GPU(s) %s above %d MiB now with nothing to signal" % (
                 ", ".join(str(i) for i in over), memory_threshold_mib))
+    return memory_after, apps_after
 
-    elapsed = round(clock() - started, 2)
+
+# --------------------------------------------------------------------------- release
+
+
+def summarize(outcome, memory_after, check_mode, elapsed):
+    """The one-line ``msg``: what was (or would be) signalled, and the memory after."""
+    signalled, killed, would_signal = outcome["signalled"], outcome["killed"], outcome["would_signal"]
     if check_mode:
         summary = ("would signal PID(s) %s" % ", ".join(str(p) for p in would_signal)
                    if would_signal else "nothing to release")
@@ -666,26 +768,52 @@ def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=()
     if memory_after is not None:
         summary += "; GPU memory after (MiB): %s" % ", ".join(
             "%d: %s" % (i, memory_after[i]) for i in sorted(memory_after))
+    return summary
+
+
+def release(devices=None, owned_patterns=(), owned_units=(), ignored_patterns=(),
+            term_timeout_s=30, kill_timeout_s=30, force_foreign=False, memory_threshold_mib=1024,
+            settle_timeout_s=60, nvidia_smi="nvidia-smi", fuser="fuser", check_mode=False,
+            proc_root="/proc", dev_dir="/dev", clock=time.monotonic, sleep=time.sleep):
+    """Release the devices; returns ``(result, error_message_or_None)``.
+
+    The four phases in order: ``discover``, ``classify_holders`` (within ``signal_holders``'
+    rounds), ``signal_holders``, ``verify``. ``result`` carries ``changed``, ``msg``,
+    ``warnings`` and the figures the module returns; an error message means the module must
+    fail (after what it could release was released). Raises ``ReleaseError`` for problems
+    found before anything was signalled.
+    """
+    started = clock()
+    plan = discover(devices, owned_patterns, owned_units, ignored_patterns, fuser, nvidia_smi,
+                    proc_root, dev_dir)
+    protected = protected_pids(proc_root=proc_root)
+    outcome = signal_holders(plan, protected, force_foreign, check_mode, term_timeout_s,
+                             kill_timeout_s, proc_root, clock, sleep)
+    checked = verify(plan, outcome, force_foreign, check_mode, memory_threshold_mib,
+                     settle_timeout_s, kill_timeout_s, clock, sleep)
+    memory_before, memory_after = plan["memory_before"], checked["memory_after"]
+    elapsed = round(clock() - started, 2)
+    summary = summarize(outcome, memory_after, check_mode, elapsed)
     result = {
-        "changed": bool(signalled or would_signal),
+        "changed": bool(outcome["signalled"] or outcome["would_signal"]),
         "msg": summary,
-        "warnings": warnings,
-        "devices": entries,
-        "signalled": sorted(signalled),
-        "killed": sorted(killed),
-        "would_signal": would_signal,
-        "forced_foreign": sorted(forced),
-        "foreign": foreign,
-        "ignored": ignored,
+        "warnings": plan["warnings"] + checked["warnings"],
+        "devices": plan["entries"],
+        "signalled": sorted(outcome["signalled"]),
+        "killed": sorted(outcome["killed"]),
+        "would_signal": outcome["would_signal"],
+        "forced_foreign": sorted(outcome["forced"]),
+        "foreign": checked["foreign"],
+        "ignored": checked["ignored"],
         "memory_threshold_mib": memory_threshold_mib,
         "memory_before": memory_list(memory_before) if memory_before is not None else None,
         "memory_after": memory_list(memory_after) if memory_after is not None else None,
-        "compute_apps_after": apps_after,
-        "nvidia_smi": nvsmi,
-        "holder_finder": fuser_path or "/proc",
+        "compute_apps_after": checked["apps_after"],
+        "nvidia_smi": plan["nvidia_smi"],
+        "holder_finder": plan["fuser"] or "/proc",
         "elapsed_s": elapsed,
     }
     error = None
-    if problems:
-        error = "GPU release failed: %s. Done before that: %s" % (" | ".join(problems), summary)
+    if checked["problems"]:
+        error = "GPU release failed: %s. Done before that: %s" % (" | ".join(checked["problems"]), summary)
     return result, error

@@ -1,0 +1,195 @@
+"""The EngineCore process, ``VLLM::EngineCore``.
+
+It starts one worker per rank, waits for their load (dying part-way when
+``engine-dies-during-load`` is set), loads a draft model when speculating with one, tells the
+API server it is ready, then forwards the profiler commands to the workers. It exits 1 when a
+worker dies or ``engine-dies`` is set; on SIGTERM it stops its workers as vLLM's executor does
+(SIGTERM, wait, SIGKILL) and exits 0. It ignores the loss of its API server."""
+
+import os
+import select
+import signal
+import sys
+import time
+
+from vllm_standin import VERSION
+from vllm_standin.config import SPEC_DRAFT_DIR_METHODS
+from vllm_standin.knobs import consume_if_once, env_float, fault
+from vllm_standin.logs import fail_with_traceback, log, set_label
+from vllm_standin.processes import set_comm, spawn_titled, worker_name
+
+
+class EngineShutdown(Exception):
+    pass
+
+
+class Engine:
+    def __init__(self, cfg, api):
+        self.cfg, self.api = cfg, api
+        self.workers = []  # (proc, channel)
+
+    def die(self, where, message, during_load):
+        log("ERROR", "core.py:713" if during_load else "core.py:798",
+            "EngineCore failed to start." if during_load
+            else "EngineCore encountered a fatal error.")
+        fail_with_traceback("RuntimeError", message, where)
+        sys.stdout.flush()
+        os._exit(1)
+
+    def start_workers(self):
+        for rank in range(self.cfg["tp"]):
+            title = f"VLLM::{worker_name(rank, self.cfg['tp'])}"
+            self.workers.append(spawn_titled(title, "--internal-worker",
+                                             {**self.cfg, "rank": rank}))
+
+    def gather(self, event, timeout=None, on_wait=None):
+        """Wait for ``event`` from every worker; EOF from one kills the engine."""
+        pending = {rank for rank in range(len(self.workers))}
+        while pending:
+            for rank in sorted(pending):
+                try:
+                    msg = self.workers[rank][1].recv(timeout=0.1)
+                except EOFError:
+                    msg = {"ev": "died"}
+                if msg is None:
+                    continue
+                if msg.get("ev") in ("failed", "died"):
+                    self.die("multiproc_executor.py:560", "WorkerProc initialization "
+                             f"failed (VLLM::{worker_name(rank, self.cfg['tp'])}). See stack "
+                             "trace for root cause.", during_load=True)
+                if msg.get("ev") == event or msg.get("id") == event:
+                    pending.discard(rank)
+            if on_wait:
+                on_wait()
+
+    def run(self):
+        cfg = self.cfg
+        log("INFO", "core.py:93",
+            f"Initializing a V1 LLM engine (v{VERSION}) with config: model='{cfg['model']}', "
+            f"served_model_name={cfg['served_model_name']}, "
+            f"max_seq_len={cfg['max_model_len']}, tensor_parallel_size={cfg['tp']}, "
+            f"enforce_eager={cfg['enforce_eager']}, speculative_config={spec_repr(cfg.get('spec'))}")
+        self.start_workers()
+        self.gather("up")
+        t0 = time.monotonic()
+
+        def maybe_die_loading():
+            # Part-way through the shard progress, as a real load failure would.
+            if time.monotonic() - t0 >= 0.4 * cfg["load_s"] * 0.85 \
+                    and fault("engine-dies-during-load") is not None:
+                consume_if_once("engine-dies-during-load")
+                self.die("gpu_model_runner.py:2890",
+                         "CUDA error: an illegal memory access was encountered "
+                         "(stand-in fault engine-dies-during-load)", during_load=True)
+
+        self.gather("loaded", on_wait=maybe_die_loading)
+        self.load_draft_model()
+        mib = int(cfg["gpu_memory_utilization"] * env_float("GPU_SIM_TOTAL_MIB", 143771))
+        time.sleep(cfg["load_s"] * 0.15)
+        log("INFO", "gpu_worker.py:298", f"Available KV cache memory: {mib / 1024 * 0.4:.2f} GiB")
+        log("INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {mib * 12:,} tokens")
+        log("INFO", "core.py:402", "init engine (profile, create kv cache, warmup model) "
+            f"took {time.monotonic() - t0:.2f} s")
+        self.api.send({"ev": "ready"})
+        self.serve()
+
+    def load_draft_model(self):
+        """A draft model (draft_model, eagle, eagle3) is loaded after the target's weights; a
+        path that is not a directory fails the load as transformers does, and the engine dies."""
+        spec = self.cfg.get("spec")
+        if not spec or spec["method"] not in SPEC_DRAFT_DIR_METHODS:
+            return
+        path = spec["model"]
+        log("INFO", "eagle.py:1187" if spec["method"].startswith("eagle") else "draft_model.py:84",
+            f"Loading drafter model ({spec['method']}) from {path}")
+        if not os.path.isdir(path):
+            log("ERROR", "core.py:713", "EngineCore failed to start.")
+            fail_with_traceback("OSError", f"Incorrect path_or_model_id: '{path}'. Please provide "
+                                "either the path to a local folder or the repo_id of a model on "
+                                "the Hub. (stand-in: speculative_config.model, the draft model, "
+                                "is missing)", "gpu_model_runner.py:2957")
+            sys.stdout.flush()
+            os._exit(1)
+        log("INFO", "gpu_model_runner.py:2912", "Loading drafter model weights took 0.10 seconds")
+
+    def serve(self):
+        api_alive = True
+        while True:
+            socks = [chan.sock for _, chan in self.workers]
+            if api_alive:
+                socks.append(self.api.sock)
+            ready, _, _ = select.select(socks, [], [], 0.5)
+            if fault("engine-dies") is not None:
+                self.die("core.py:801", "CUDA error: unspecified launch failure "
+                         "(stand-in fault engine-dies)", during_load=False)
+            for rank, (_, chan) in enumerate(self.workers):
+                if chan.sock in ready:
+                    try:
+                        chan.recv(timeout=0)
+                    except EOFError:
+                        proc = self.workers[rank][0]
+                        try:
+                            code = proc.wait(timeout=1)
+                        except Exception:  # subprocess.TimeoutExpired
+                            code = None
+                        log("ERROR", "multiproc_executor.py:316", f"Worker proc VllmWorker-"
+                            f"{rank} died unexpectedly (exit code: {code}), shutting down "
+                            "executor.")
+                        self.die("core.py:801", "Executor failed.", during_load=False)
+            if self.api.sock in ready or (api_alive and self.api.buf):
+                try:
+                    msg = self.api.recv(timeout=0)
+                except EOFError:
+                    # The API server is gone (e.g. SIGKILL). vLLM's EngineCore does
+                    # not notice promptly: keep running and keep the workers.
+                    api_alive = False
+                    continue
+                if msg:
+                    self.forward(msg)
+
+    def forward(self, msg):
+        for _, chan in self.workers:
+            chan.send(msg)
+        self.gather(msg["id"])
+        self.api.send({"id": msg["id"], "ok": True})
+
+    def shutdown(self):
+        procs = [proc for proc, _ in self.workers if proc.poll() is None]
+        for proc in procs:
+            proc.terminate()
+        deadline = time.monotonic() + env_float("VLLM_STANDIN_WORKER_STOP_S", 4.0)
+        while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+            time.sleep(0.1)
+        for proc in procs:
+            if proc.poll() is None:
+                log("WARNING", "multiproc_executor.py:408",
+                    f"Worker pid {proc.pid} did not exit after SIGTERM; sending SIGKILL")
+                proc.kill()
+            proc.wait()
+
+
+def spec_repr(spec):
+    if not spec:
+        return None
+    model = f"'{spec['model']}'" if spec.get("model") else None
+    return (f"SpeculativeConfig(method='{spec['method']}', model={model}, "
+            f"num_spec_tokens={spec['num_speculative_tokens']})")
+
+
+def engine_main(cfg, chan):
+    set_label("EngineCore_DP0")
+    set_comm("VLLM::EngineCore")
+    engine = Engine(cfg, chan)
+
+    def on_signal(_signum, _frame):
+        raise EngineShutdown
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        engine.run()
+    except EngineShutdown:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        engine.shutdown()
+    return 0

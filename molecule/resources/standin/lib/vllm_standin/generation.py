@@ -1,0 +1,153 @@
+"""One completion request in simulated time, and --max-num-seqs' slots.
+
+The model of the timing (prefill, decode steps, speculative decoding) is in ``Generation``'s
+docstring and in molecule/resources/standin/README.md."""
+
+import contextlib
+import json
+import math
+import random
+import threading
+import time
+import uuid
+
+from vllm_standin import FINGERPRINT
+from vllm_standin.knobs import env_float
+from vllm_standin.vocab import FAKE_WORDS
+
+
+class Seqs:
+    """--max-num-seqs: at most ``limit`` requests generate at once (None: no limit); the
+    others wait in arrival order, counted in vllm:num_requests_waiting."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.sem = threading.Semaphore(limit) if limit else None
+
+    @contextlib.contextmanager
+    def slot(self, metrics):
+        """Yields the seconds spent waiting for a slot."""
+        if self.sem is None:
+            yield 0.0
+            return
+        t0 = time.monotonic()
+        with metrics.lock:
+            metrics.waiting += 1
+        try:
+            self.sem.acquire()
+        finally:
+            with metrics.lock:
+                metrics.waiting -= 1
+        try:
+            yield time.monotonic() - t0
+        finally:
+            self.sem.release()
+
+
+class Generation:
+    """One completion request, with simulated time to first token and per decode step.
+
+    The first token comes from the prefill, after TTFT. Then each decode step takes TPOT and
+    emits one token; a speculating server (K draft tokens, ``a`` accepted per step, see
+    config.spec_step_model) takes TPOT * (1 + K * SPEC_DRAFT_OVERHEAD) a step and emits 1 + a tokens
+    (the last step only what is left), so ceil((n - 1) / (1 + a)) steps for n tokens. A stream
+    sends one chunk per step, as vLLM does."""
+
+    def __init__(self, app, body, prompts, counts, max_tokens):
+        self.app, self.prompts, self.counts, self.n = app, prompts, counts, max_tokens
+        self.ttft = env_float("VLLM_STANDIN_TTFT_MS", 20.0) / 1000
+        self.k, self.accepted, factor = app["spec"]
+        self.step_s = env_float("VLLM_STANDIN_TPOT_MS", 5.0) / 1000 * factor
+        self.steps = max(0, math.ceil((self.n - 1) / (1 + self.accepted)))
+        self.tpot = self.step_s * self.steps / (self.n - 1) if self.k and self.n > 1 \
+            else self.step_s
+        self.queued = 0.0
+        self.ident = f"cmpl-{uuid.uuid4().hex[:16]}"
+        self.created = int(time.time())
+        self.include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self.rng = random.Random(json.dumps(prompts, sort_keys=True))
+
+    def chunks(self):
+        """Yield the tokens of each step (a list) in simulated time."""
+        self.t0 = time.monotonic()
+        metrics = self.app["metrics"]
+        with self.app["seqs"].slot(metrics) as waited:
+            self.queued = waited
+            with metrics.lock:
+                metrics.running += 1
+            try:
+                time.sleep(self.ttft)
+                if self.n > 0:
+                    yield [self.word()]
+                left = self.n - 1
+                while left > 0:
+                    time.sleep(self.step_s)
+                    size = min(left, 1 + self.accepted)
+                    left -= size
+                    yield [self.word() for _ in range(size)]
+            finally:
+                with metrics.lock:
+                    metrics.running -= 1
+
+    def word(self):
+        return " " + self.rng.choice(FAKE_WORDS)
+
+    def record(self):
+        e2e = time.monotonic() - self.t0
+        metrics = self.app["metrics"]
+        for count in self.counts:
+            metrics.finished(count, self.n, self.ttft + self.queued, self.tpot, e2e,
+                             self.steps, self.step_s)
+            if self.k:
+                metrics.speculated(self.steps, self.k, self.accepted)
+
+    def usage(self):
+        prompt = sum(self.counts)
+        return {"prompt_tokens": prompt, "total_tokens": prompt + self.n * len(self.prompts),
+                "completion_tokens": self.n * len(self.prompts)}
+
+    def whole(self, handler):
+        text = "".join("".join(step) for step in self.chunks())
+        choices = [{"index": i, "text": text, "logprobs": None, "finish_reason": "length",
+                    "stop_reason": None, "token_ids": None, "prompt_logprobs": None,
+                    "prompt_token_ids": None, "routed_experts": None}
+                   for i in range(len(self.prompts))]
+        self.record()
+        handler.reply(200, {"id": self.ident, "object": "text_completion",
+                            "created": self.created, "model": self.app["model_name"],
+                            "choices": choices, "service_tier": None,
+                            "system_fingerprint": FINGERPRINT,
+                            "usage": {**self.usage(), "prompt_tokens_details": None,
+                                      "completion_tokens_details": None},
+                            "kv_transfer_params": None, "ec_transfer_params": None,
+                            "metrics": None})
+
+    def stream(self, handler):
+        handler.send_response(200)
+        handler.send_header("content-type", "text/event-stream; charset=utf-8")
+        handler.send_header("transfer-encoding", "chunked")
+        handler.end_headers()
+
+        def send(obj):
+            data = ("data: " + (obj if isinstance(obj, str) else json.dumps(obj))
+                    + "\n\n").encode()
+            handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            handler.wfile.flush()
+
+        base = {"id": self.ident, "object": "text_completion", "created": self.created,
+                "model": self.app["model_name"]}
+        sent = 0
+        for step in self.chunks():
+            sent += len(step)
+            last = sent == self.n
+            send({**base, "choices": [
+                {"index": k, "text": "".join(step), "logprobs": None,
+                 "finish_reason": "length" if last else None, "stop_reason": None,
+                 "prompt_token_ids": None, "token_ids": None}
+                for k in range(len(self.prompts))]})
+        self.record()
+        if self.include_usage:
+            send({**base, "choices": [], "usage": self.usage(),
+                  "system_fingerprint": FINGERPRINT})
+        send("[DONE]")
+        handler.wfile.write(b"0\r\n\r\n")

@@ -1,0 +1,64 @@
+"""Knobs (environment, or KEY=VALUE lines in the knob file) and fault switches (files, read
+at the moment the fault applies, so a test can create or remove them while the server runs).
+
+molecule/resources/standin/README.md lists them."""
+
+import contextlib
+import os
+import re
+
+
+def env_float(name, default):
+    value = os.environ.get(name, "")
+    try:
+        return float(value) if value.strip() else default
+    except ValueError:
+        return default
+
+
+def load_knob_file():
+    """Defaults for the knobs from a KEY=VALUE file, so a sandbox can set them
+    without touching the unit the role renders; the environment wins."""
+    path = os.environ.get("VLLM_STANDIN_CONFIG", "/etc/vllm-standin.env")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        key, sep, value = line.strip().partition("=")
+        if sep and key.startswith(("VLLM_STANDIN_", "GPU_SIM_")):
+            os.environ.setdefault(key, value.strip().strip('"'))
+
+
+def fault_dir():
+    return os.environ.get("VLLM_STANDIN_FAULT_DIR", "/run/vllm-standin")
+
+
+def fault(name):
+    """Content of fault switch ``name`` (stripped), or None when it is off."""
+    try:
+        with open(os.path.join(fault_dir(), name), encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def consume_if_once(name):
+    """A switch whose content is ``once`` fires one time: remove it when it fires.
+
+    Lets a test fail one start (the profiling variant's) and not the next
+    (the restore's). The fault dir must be writable by the server's user.
+    """
+    if fault(name) == "once":
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(fault_dir(), name))
+
+
+def fault_names_rank(name, rank):
+    """A switch whose content lists ranks (empty: all) applies to ``rank``."""
+    content = fault(name)
+    if content is None:
+        return False
+    ranks = [tok for tok in re.split(r"[\s,]+", content) if tok]
+    return not ranks or str(rank) in ranks
