@@ -51,15 +51,23 @@ def left_out(decode_steps: Sequence[Mapping]) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     if len(decode_steps) >= FIRST_STEP_MIN_STEPS:
         out[decode_steps[0]["index"]] = ["first profiled step (profiler start-up; ranks start profiling apart)"]
+    for idx, (d, median) in outliers(decode_steps).items():
+        out.setdefault(idx, []).append(
+            f"lasts {d:.2f} ms, {d / median:.1f}x the median step ({median:.2f} ms), outside the median "
+            f"+/- {int(OUTLIER_REL * 100)}%")
+    return out
+
+
+def outliers(decode_steps: Sequence[Mapping]) -> dict[int, tuple[float, float]]:
+    """Rule 2 alone: step index -> (its duration, the rank's median duration), ms."""
     durations = [step_duration(s) for s in decode_steps]
     known = [d for d in durations if d is not None]
+    out: dict[int, tuple[float, float]] = {}
     if len(known) >= FIRST_STEP_MIN_STEPS:
         median = float(np.median(known))
         for s, d in zip(decode_steps, durations, strict=True):
             if d is not None and median > 0 and abs(d - median) > OUTLIER_REL * median:
-                out.setdefault(s["index"], []).append(
-                    f"lasts {d:.2f} ms, {d / median:.1f}x the median step ({median:.2f} ms), outside the median "
-                    f"+/- {int(OUTLIER_REL * 100)}%")
+                out[s["index"]] = (d, median)
     return out
 
 
