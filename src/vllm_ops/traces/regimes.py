@@ -8,7 +8,7 @@ decode time. They are then reported as a regime of their own, with its own figur
 Definitions (thresholds are the constants below):
 
 * Candidates: the decode steps rule 2 of :mod:`.steady` left out (duration beyond the median
-  +/- ``OUTLIER_REL``; never the first profiled step on the strength of rule 1 alone), split by
+  +/- ``OUTLIER_REL``), except the first decode step of a capture (its start-up), split by
   side: ``slower`` (above the median) or ``faster`` (below). On ranks in lockstep (the same
   decode step count) a step index is a candidate when some rank's step is one, on the side of
   its first such rank; otherwise ranks are taken one by one.
@@ -42,8 +42,10 @@ def find(per_rank: Mapping[int, Sequence[Mapping]], lockstep: bool) -> list[dict
     for rank, ranks in groups:
         side_of: dict[int, str] = {}
         for rows in ranks.values():
+            firsts = {s["index"] for s in steady.first_steps(rows)}
             for idx, (d, med) in steady.outliers(rows).items():
-                side_of.setdefault(idx, "slower" if d > med else "faster")
+                if idx not in firsts:  # a capture's start-up is no regime
+                    side_of.setdefault(idx, "slower" if d > med else "faster")
         for side in ("slower", "faster"):
             idx = sorted(i for i, s in side_of.items() if s == side)
             if not idx:

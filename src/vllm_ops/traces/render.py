@@ -114,8 +114,9 @@ def verdict_sentence(summary: Mapping) -> str:
             parts.append(f"host {_ms(host)} ms, GPU {_ms(gpu)} ms a step")
         else:
             parts.append(f"GPU busy {_ms(ev['busy_ms'])} ms ({100 * ev['busy_ms'] / period:.0f}%)")
-    parts.append(f"all-reduce transfer {_ms(ev['allreduce_transfer_ms'])} ms "
-                 f"({100 * ev['allreduce_transfer_ms'] / period:.1f}%)")
+    if ev.get("allreduce_transfer_ms"):  # none without all-reduce calls (one GPU)
+        parts.append(f"all-reduce transfer {_ms(ev['allreduce_transfer_ms'])} ms "
+                     f"({100 * ev['allreduce_transfer_ms'] / period:.1f}%)")
     if ev.get("steady") is not False and ev.get("max_wait_rank") is not None and ev.get("max_wait_ms"):
         whom = f" for rank {ev['rank']}" if ev.get("straggler") is not None else ""
         parts.append(f"rank {ev['max_wait_rank']} waits {_ms(ev['max_wait_ms'])} ms{whom}")

@@ -5,7 +5,8 @@ The steady-state rule (documented once, here; thresholds are the constants below
 1. The first decode step of every rank is left out when a rank has at least
    :data:`FIRST_STEP_MIN_STEPS` decode steps: the profiler starts while the engine runs,
    ranks start profiling hundreds of milliseconds apart, and the first collective of the
-   capture absorbs that gap.
+   capture absorbs that gap. In a trace concatenated from several captures (the step rows'
+   ``capture``, :mod:`.timeline`), so is the first decode step of each capture.
 2. A decode step whose duration (its period; the window for the last step, which has no
    period; the CPU annotation on a rank without GPU kernels) lies further than
    :data:`OUTLIER_REL` times the rank's median from that median is left out.
@@ -50,11 +51,22 @@ def left_out(decode_steps: Sequence[Mapping]) -> dict[int, list[str]]:
     """Step index -> reasons, for one rank's decode steps (rules 1 and 2)."""
     out: dict[int, list[str]] = {}
     if len(decode_steps) >= FIRST_STEP_MIN_STEPS:
-        out[decode_steps[0]["index"]] = ["first profiled step (profiler start-up; ranks start profiling apart)"]
+        for s in first_steps(decode_steps):
+            out[s["index"]] = ["first profiled step (profiler start-up; ranks start profiling apart)"]
     for idx, (d, median) in outliers(decode_steps).items():
         out.setdefault(idx, []).append(
             f"lasts {d:.2f} ms, {d / median:.1f}x the median step ({median:.2f} ms), outside the median "
             f"+/- {int(OUTLIER_REL * 100)}%")
+    return out
+
+
+def first_steps(decode_steps: Sequence[Mapping]) -> list[Mapping]:
+    """The first decode step of each capture (one capture unless the trace is concatenated)."""
+    out, seen = [], set()
+    for s in decode_steps:
+        if s.get("capture", 0) not in seen:
+            seen.add(s.get("capture", 0))
+            out.append(s)
     return out
 
 

@@ -389,7 +389,8 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     decomp = {str(e["rank"]): e["decomposition"] for e in entries if e.get("decomposition")}
     v = verdict.judge(decomp, coll.get("straggler"), ctx, missing, floor_ratio=floor_ratio, pace=pace_,
                       coverage=cover, withheld=withheld, missing_next=nothing[1] if nothing else None)
-    found = regimes.find({e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE] for e in live}, lockstep)
+    found = [] if v["kind"] == "inconclusive" and not withheld else regimes.find(
+        {e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE] for e in live}, lockstep)
     for reg in found:
         rows = {e["rank"]: [s for s in e["steps"] if s["index"] in set(reg["steps"]) and s["phase"] == DECODE]
                 for e in live if reg.get("rank", e["rank"]) == e["rank"]}
@@ -470,8 +471,11 @@ def _sanity_warnings(ranks: list[dict], checks: Mapping, warnings: list[str]) ->
                             "negative duration and were dropped.")
         if key in checks["repeated_ids"]:
             how = checks["pairing"].get(key)
+            captures = max((s.get("capture", 0) for s in r["set"]["steps"]), default=0) + 1
+            seen = (f": {captures} captures concatenated (the ids start again), each with its own first step"
+                    if captures > 1 else " (a trace concatenated from several captures?)")
             warnings.append(f"{where}: {checks['repeated_ids'][key]} step annotations repeat the External id of "
-                            "another (a trace concatenated from several captures?): "
+                            f"another{seen}: "
                             + ("CPU and GPU step spans are paired by order instead." if how == "order" else
                                "their CPU and GPU spans are not paired." if r["set"]["steps_from"] ==
                                "gpu_user_annotation" else "the steps come from the CPU annotations alone."))

@@ -26,6 +26,10 @@ Definitions (one per figure; the CLI, the filters, the report and the history us
   its host began it); else the CPU step annotations in time order, when there are as many and
   that holds; else none. Repeated ids come from traces concatenated from several captures,
   whose ids each start from 1: pairing by them would join steps of different captures.
+* ``capture``: the capture a step belongs to, 0 unless the trace is concatenated: a new capture
+  starts where the step spans' External ids, in time order, fall back below the step before's
+  (torch numbers them in issue order, from 1 in each capture). A capture's last step has no
+  next step, so no period and no host gap.
 * ``cpu_ms``: the step's CPU annotation (its twin); null without one. ``span_ms``: the
   annotation that defines the step (GPU span, or the CPU one where there is no GPU span).
 * ``window_ms``: first start to last end of the step's GPU activities.
@@ -108,6 +112,7 @@ class StepRows:
     counts: np.ndarray  # activities per step
     pairing: str | None = None  # how the CPU twins were found: "External id", "order" or None
     repeated_ids: int = 0  # step spans whose External id another one already carries
+    captures: list[int] | None = None  # per step: the capture it belongs to (0, 1, ...)
 
     def close(self) -> None:
         self.step_of.close()
@@ -246,7 +251,20 @@ def pick_steps(data: TraceData, spans_gpu: list[Span], spans_cpu: list[Span], la
     except BaseException:
         step_of.close()
         raise
-    return StepRows(spans, steps_from, cpu, step_of, by_step, batches, counts, pairing, repeated)
+    return StepRows(spans, steps_from, cpu, step_of, by_step, batches, counts, pairing, repeated,
+                    capture_numbers(spans))
+
+
+def capture_numbers(spans: list[Span]) -> list[int]:
+    """Each step's capture (see the module docstring): a new one starts where the step spans'
+    External ids, in time order, fall back below the step before's."""
+    out, k, prev = [], 0, None
+    for s in spans:
+        if prev is not None and 0 <= s.ext < prev:
+            k += 1
+        prev = s.ext if s.ext >= 0 else prev
+        out.append(k)
+    return out
 
 
 # A GPU step span cannot start before the host began the step; this much earlier (µs) is left
@@ -384,15 +402,18 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
     start = np.where(np.isnan(prev_end), start, np.fmax(start, prev_end))
     start = np.where(np.isnan(start), np.array([s.ts for s in spans]), start)
     decode = np.array([s.step.phase in (DECODE, None) for s in spans])
+    capture = rows.captures or [0] * n
     next_decode = np.full(n, np.nan)
     nxt = np.nan
     for i in range(n - 1, -1, -1):
+        if i + 1 < n and capture[i + 1] != capture[i]:
+            nxt = np.nan  # the last step of a capture has no next step
         next_decode[i] = nxt
         if decode[i]:
             nxt = start[i]
     period = next_decode - start
     graph = _graph_launches(data, rows, n)
-    host = _host_figures(data, rows, decode, wstart, lfirst, llast)
+    host = _host_figures(data, rows, decode, wstart, lfirst, llast, capture)
     table_cats = classifier.categories
     t0 = start[0]
     out = []
@@ -426,6 +447,7 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
             "allreduce_calls": int(ar_calls[i]),
             "graph_launches": int(graph[i]),
             "activities": int(counts[i]),
+            "capture": capture[i],
             "context_tokens": s.step.context_tokens,
             "generation_tokens": s.step.generation_tokens,
             **{k: _ms(v[i]) if not np.isnan(v[i]) else None for k, v in host.items()},
@@ -434,7 +456,7 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
 
 
 def _host_figures(data: TraceData, rows: StepRows, decode: np.ndarray, wstart: np.ndarray, lfirst: np.ndarray,
-                  llast: np.ndarray) -> dict[str, np.ndarray]:
+                  llast: np.ndarray, capture: list[int]) -> dict[str, np.ndarray]:
     """``lead_ms``, ``host_blocked_ms``, ``host_step_ms`` and ``host_gap_ms`` of each step (µs, nan:
     unknown; see the module docstring)."""
     n = len(rows.spans)
@@ -465,6 +487,8 @@ def _host_figures(data: TraceData, rows: StepRows, decode: np.ndarray, wstart: n
     blocked, gap = np.full(n, np.nan), np.full(n, np.nan)
     next_start, nxt = np.full(n, np.nan), np.nan
     for i in range(n - 1, -1, -1):
+        if i + 1 < n and capture[i + 1] != capture[i]:
+            nxt = np.nan
         next_start[i] = nxt
         if decode[i] and not np.isnan(h_start[i]):
             nxt = h_start[i]
