@@ -23,8 +23,10 @@ below):
   ``lead_slope_ms_per_step``: the Theil-Sen slope of the lead against the step index (the
   median of the slopes between every two steps, robust to a few odd steps);
   ``lead_change_ms``: that slope times the index range: how much the lead grew (positive) or
-  shrank (negative) through the capture. At least :data:`MIN_TREND_STEPS` steps with a lead,
-  else null.
+  shrank (negative) through the capture (in a trace concatenated from several captures, the
+  slopes are taken within each capture, and the range is the longest capture's). At least
+  :data:`MIN_TREND_STEPS` steps with a lead, else null; over :data:`TREND_MAX_POINTS` evenly
+  spaced steps when there are more.
 * ``steady``: false when ``|lead_change_ms|`` is at least :data:`DRIFT_MIN` periods: host and
   GPU then do not run at one pace, and the periods measured will not last (a shrinking lead
   runs out and the GPU starts waiting for its host; a growing one fills the launch queue).
@@ -49,7 +51,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from statistics import median
 
+import numpy as np
+
 MIN_TREND_STEPS = 3
+TREND_MAX_POINTS = 1000  # a longer capture's trend is taken over this many evenly spaced steps
 DRIFT_MIN = 0.5
 TIE_REL = 0.05
 AHEAD_REL = 0.5
@@ -57,10 +62,20 @@ THRESHOLDS = {"drift_min_periods": DRIFT_MIN, "pace_tie_rel": TIE_REL, "ahead_re
               "min_trend_steps": MIN_TREND_STEPS}
 
 
-def theil_sen(points: Sequence[tuple[float, float]]) -> float | None:
-    """The median of the slopes between every two points of distinct x (None with fewer than two)."""
-    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1:] if x2 != x1]
-    return median(slopes) if slopes else None
+def theil_sen(points: Sequence[tuple[float, float]], groups: Sequence[int] | None = None) -> float | None:
+    """The median of the slopes between every two points of distinct x (None with fewer than two);
+    with ``groups``, only between points of one group (the steps of one capture); over
+    :data:`TREND_MAX_POINTS` evenly spaced points of a longer capture."""
+    groups = list(groups) if groups is not None else [0] * len(points)
+    if len(points) > TREND_MAX_POINTS:
+        pick = np.linspace(0, len(points) - 1, TREND_MAX_POINTS).round().astype(int)
+        points, groups = [points[i] for i in pick], [groups[i] for i in pick]
+    xy = np.array(points, float).reshape(-1, 2)
+    g = np.array(groups)
+    i, j = np.triu_indices(len(xy), 1)
+    dx = xy[j, 0] - xy[i, 0]
+    keep = (dx != 0) & (g[i] == g[j])
+    return float(np.median((xy[j, 1] - xy[i, 1])[keep] / dx[keep])) if keep.any() else None
 
 
 def rank_pace(steps: Sequence[Mapping], exposed_wait: Iterable[float | None], partial: bool = False) -> dict:
@@ -74,9 +89,15 @@ def rank_pace(steps: Sequence[Mapping], exposed_wait: Iterable[float | None], pa
     gpu = _r(median(gpu_work)) if gpu_work else None
     periods = [s["period_ms"] for s in steps if s.get("period_ms") is not None]
     period = _r(median(periods)) if periods else None
-    leads = [(s["index"], s["lead_ms"]) for s in steps if s.get("lead_ms") is not None]
-    slope = theil_sen(leads) if len(leads) >= MIN_TREND_STEPS else None
-    change = slope * (leads[-1][0] - leads[0][0]) if slope is not None else None
+    with_lead = [s for s in steps if s.get("lead_ms") is not None]
+    leads = [(s["index"], s["lead_ms"]) for s in with_lead]
+    captures = [s.get("capture", 0) for s in with_lead]
+    slope = theil_sen(leads, captures) if len(leads) >= MIN_TREND_STEPS else None
+    spans = {}
+    for (idx, _), c in zip(leads, captures, strict=True):
+        lo, hi = spans.get(c, (idx, idx))
+        spans[c] = (min(lo, idx), max(hi, idx))
+    change = slope * max(hi - lo for lo, hi in spans.values()) if slope is not None else None
     lead = median(v for _, v in leads) if leads else None
     steady = not (change is not None and period and abs(change) >= DRIFT_MIN * period)
     need = max(v for v in (host, gpu) if v is not None) if host is not None or gpu is not None else None

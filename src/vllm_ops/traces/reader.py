@@ -621,9 +621,11 @@ _API = {b"c": "CUDA", b"h": "HIP"}
 
 def _waited(name: str | bytes, dur: float) -> bool:
     """Whether a launch, copy or set call waited for the GPU (see the module docstring)."""
+    if dur >= BLOCKED_CALL_US:
+        return True
     if isinstance(name, bytes):
-        name = name.decode("latin-1")
-    return dur >= BLOCKED_CALL_US or ("Memcpy" in name and "Async" not in name)
+        return b"Memcpy" in name and b"Async" not in name
+    return "Memcpy" in name and "Async" not in name
 
 
 def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:

@@ -126,6 +126,10 @@ def test_a_concatenated_capture_is_paired_by_order_and_split_into_its_captures(t
     assert (s["verdict"]["kind"], s["verdict"]["rank"]) == (one["verdict"]["kind"], one["verdict"]["rank"])
     assert s["verdict"]["evidence"]["predicted_period_ms"] == pytest.approx(
         one["verdict"]["evidence"]["predicted_period_ms"], abs=0.05)
+    # the lead's trend is read within each capture: the same as one capture's
+    for r in RANKS:
+        assert s["pace"]["ranks"][str(r)]["lead_change_ms"] == pytest.approx(
+            one["pace"]["ranks"][str(r)]["lead_change_ms"], abs=1e-3)
     assert any("2 captures concatenated" in w and "paired by order" in w for w in s["warnings"])
 
 
