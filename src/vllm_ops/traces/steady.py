@@ -25,7 +25,8 @@ import numpy as np
 
 FIRST_STEP_MIN_STEPS = 3
 OUTLIER_REL = 0.5
-RULE = ("left out: each rank's first decode step (when it has at least 3), and any decode step whose period "
+RULE = ("left out: each rank's first decode step (when it has at least 3; of each capture, in a trace concatenated "
+        "from several), and any decode step whose period "
         "(window for the last step) is further than 50% of the rank's median from that median; a step left out "
         "on one rank is left out on all ranks of the group")
 

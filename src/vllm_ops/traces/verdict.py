@@ -77,10 +77,12 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         base["reason"] = "no steady decode step has a period (too few decode steps, or none with GPU activity)"
     elif min(d["steps"] for d in usable.values()) < MIN_STEADY_STEPS:
         base["reason"] = (f"fewer than {MIN_STEADY_STEPS} steady decode steps with a period: profile more "
-                          "output tokens")
+                          "output tokens" if not withheld else
+                          f"fewer than {MIN_STEADY_STEPS} steady steps with a period: capture more steps")
     if base["reason"]:
         base["next"] = list(missing_next) if missing and missing_next else [
-            "profile again with more decode steps (more output tokens per request)"]
+            "profile again with more decode steps (more output tokens per request)" if not withheld else
+            "profile again over more steps"]
         return base
     pace = pace or {}
     paces = pace.get("ranks") or {}
