@@ -2,21 +2,37 @@
 
 A verdict is data: ``{kind, rank, evidence: {figure: value, ...}, thresholds: {...},
 reason, next: [experiment, ...]}``, rendered to words at the edge (:func:`describe`).
-Rules, tried in this order (thresholds are the constants below; shares are of the rank's
-mean steady period):
+Rules, tried in this order (thresholds are the constants below and :mod:`.pace`'s; shares are
+of the rank's mean steady period):
 
 1. ``inconclusive`` when there is nothing to judge: no GPU kernels, no decode steps, fewer
-   than :data:`MIN_STEADY_STEPS` steady steps with a period, or CUDA graph launches whose
-   kernels the trace lacks (the busy time would be an undercount). ``reason`` says what is
-   missing.
-2. ``host-bound`` on rank r: the GPU of r is idle (inside its step windows and outside
-   them) for at least :data:`HOST_IDLE_MIN` of its period. r is the straggler when one is
-   named (the others then wait for it), else the rank with the largest idle share.
-3. ``imbalanced`` on rank r: a straggler r is named, is not host-bound, and another rank
+   than :data:`MIN_STEADY_STEPS` steady steps with a period, CUDA graph launches whose
+   kernels the trace lacks (the busy time would be an undercount), or impossible figures
+   (:mod:`.sanity`). ``reason`` says what is missing, ``next`` what to run to get a verdict
+   (:mod:`.findings`).
+2. ``partial`` when ranks of the group have no trace (:mod:`.coverage`): the transfer cannot
+   be told from waiting, and the rank that limits the run may be a missing one, so no verdict
+   on the run and none on communication. The evidence gives each rank's all-reduce time as an
+   interval (:func:`.collectives.bounds`) and what its own host and GPU need per step
+   (:mod:`.pace`); ``next`` names the traces to fetch.
+3. The rank that limits the run (``rank``) is :mod:`.pace`'s ``limit``: the rank whose host or
+   GPU needs the most time per step, not merely the last to arrive at the collectives. Where
+   no rank has a host figure (no CPU annotations, no launch calls), it is the straggler when
+   one is named, else the rank with the largest idle share.
+4. ``host-bound`` on that rank: its bound is its host (:mod:`.pace`); without a host figure,
+   its GPU is idle (inside its step windows and outside them) for at least
+   :data:`HOST_IDLE_MIN` of its period.
+5. ``imbalanced`` on that rank: it is the named straggler, its GPU bounds it, and another rank
    waits for it at least :data:`WAIT_MIN` of its period.
-4. ``communication-bound``: the all-reduce transfer (no waiting) takes at least
+6. ``communication-bound``: the all-reduce transfer (no waiting) takes at least
    :data:`COMM_MIN` of the period, on average over the ranks.
-5. ``compute-bound`` otherwise, on the category with the most busy time (``category``).
+7. ``compute-bound`` otherwise, on the category with the most busy time (``category``).
+
+The evidence says whether the capture is steady (``steady``) and, when it is not, the period
+it drifts to (``predicted_period_ms``) and the rank whose lead moved (``drifting_rank``).
+Where the steps are ProfilerStep#N spans of a trace that is no inference engine's
+(:mod:`.findings`), the kind is ``inconclusive`` with the figures kept in the evidence and no
+engine advice (``reason`` says why).
 
 Where the host's all-reduce floor was measured (:mod:`.floor`), the evidence carries
 ``allreduce_floor_ratio`` (transfer over floor, the busiest group) and the advice for
@@ -25,7 +41,8 @@ larger collectives, or fewer ranks) or above it (an NCCL sweep is worth it).
 
 The advisor's next experiments depend on the kind and on the hardware: the interconnect
 (``nvlink``, ``pcie`` or unknown; from ``nvidia-smi topo -m`` where the campaign recorded
-it), the GPU, the TP size and whether CUDA graphs ran (graph launches seen).
+it), the GPU, the TP size, whether CUDA graphs ran (graph launches seen), the engine (vLLM's
+or SGLang's settings) and the API (CUDA or HIP).
 """
 
 from __future__ import annotations
@@ -33,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..allreduce.floor import ABOVE_FLOOR, AT_FLOOR
+from . import pace as pace_rules
 
 MIN_STEADY_STEPS = 2
 HOST_IDLE_MIN = 0.30
@@ -40,12 +58,16 @@ WAIT_MIN = 0.20
 COMM_MIN = 0.25
 
 THRESHOLDS = {"host_idle_min": HOST_IDLE_MIN, "wait_min": WAIT_MIN, "comm_min": COMM_MIN,
-              "min_steady_steps": MIN_STEADY_STEPS}
+              "min_steady_steps": MIN_STEADY_STEPS, **pace_rules.THRESHOLDS}
 
 
 def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, context: Mapping,
-          missing: str | None = None, floor_ratio: float | None = None) -> dict:
-    """The verdict over the ranks' steady decompositions (``{rank: decomposition}``)."""
+          missing: str | None = None, floor_ratio: float | None = None, pace: Mapping | None = None,
+          coverage: Mapping | None = None, withheld: str | None = None,
+          missing_next: list[str] | None = None) -> dict:
+    """The verdict over the ranks' steady decompositions (``{rank: decomposition}``), their
+    pace (:func:`.summary` gives ``{limit, bound, ..., ranks: {rank: pace}}``) and the group's
+    coverage."""
     base = {"kind": "inconclusive", "rank": None, "category": None, "evidence": {}, "thresholds": dict(THRESHOLDS),
             "reason": None, "next": []}
     usable = {r: d for r, d in decomposition.items() if d and d.get("period_ms")}
@@ -55,26 +77,45 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         base["reason"] = "no steady decode step has a period (too few decode steps, or none with GPU activity)"
     elif min(d["steps"] for d in usable.values()) < MIN_STEADY_STEPS:
         base["reason"] = (f"fewer than {MIN_STEADY_STEPS} steady decode steps with a period: profile more "
-                          "output tokens")
+                          "output tokens" if not withheld else
+                          f"fewer than {MIN_STEADY_STEPS} steady steps with a period: capture more steps")
     if base["reason"]:
-        base["next"] = ["profile again with more decode steps and GPU activities recorded (CUDA activities on, "
-                        "kernels of CUDA graphs traced)"]
+        base["next"] = list(missing_next) if missing and missing_next else [
+            "profile again with more decode steps (more output tokens per request)" if not withheld else
+            "profile again over more steps"]
         return base
+    pace = pace or {}
+    paces = pace.get("ranks") or {}
     named = straggler.get("rank") if straggler and straggler.get("named") else None
     idle = {r: (d["idle_in_window_ms"] + d["host_ms"]) / d["period_ms"] for r, d in usable.items()}
     wait = {r: d["allreduce_wait_ms"] / d["period_ms"] for r, d in usable.items()}
     transfer = {r: d["allreduce_transfer_ms"] / d["period_ms"] for r, d in usable.items()}
-    candidate = str(named) if named is not None and str(named) in usable else max(idle, key=idle.get)
+    limit = pace.get("limit")
+    if limit is not None and str(limit) in usable and pace.get("bound"):
+        candidate = str(limit)
+    else:
+        candidate = str(named) if named is not None and str(named) in usable else max(idle, key=idle.get)
     d = usable[candidate]
+    own = paces.get(candidate) or {}
     ev = {
         "rank": int(candidate), "period_ms": d["period_ms"], "busy_ms": d["busy_ms"],
         "busy_share": _r(d["busy_ms"] / d["period_ms"]), "gpu_idle_share": _r(idle[candidate]),
+        "gpu_idle_share_by_rank": {r: _r(v) for r, v in sorted(idle.items())},
         "idle_host_share_of_idle": d.get("idle_host_share"),
         "allreduce_transfer_ms": d["allreduce_transfer_ms"], "allreduce_transfer_share": _r(transfer[candidate]),
         "max_wait_rank": None, "max_wait_ms": None, "max_wait_share": None,
         "straggler": named, "straggler_last_share": straggler.get("last_arrival_share") if straggler else None,
         "allreduce_floor_ratio": floor_ratio,
+        "bound": own.get("bound"), "host_ms_per_step": own.get("host_ms_per_step"),
+        "gpu_ms_per_step": own.get("gpu_ms_per_step"),
+        "host_ms_per_step_by_rank": {r: p.get("host_ms_per_step") for r, p in paces.items()},
+        "gpu_ms_per_step_by_rank": {r: p.get("gpu_ms_per_step") for r, p in paces.items()},
+        "steady": pace.get("steady"), "predicted_period_ms": pace.get("predicted_period_ms"),
+        "drifting_rank": pace.get("drifting_rank"),
     }
+    drift = paces.get(str(pace.get("drifting_rank"))) or {}
+    ev.update(lead_first_ms=drift.get("lead_first_ms"), lead_last_ms=drift.get("lead_last_ms"),
+              lead_change_ms=drift.get("lead_change_ms"))
     others = {r: w for r, w in wait.items() if r != candidate}
     if others:
         worst = max(others, key=others.get)
@@ -86,15 +127,46 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
     top = max(compute, key=compute.get) if compute else None
     ev["top_category"], ev["top_category_ms"] = top, compute.get(top) if top else None
     out = dict(base, evidence=ev)
-    if idle[candidate] >= HOST_IDLE_MIN:
+    if coverage and not coverage.get("complete", True):
+        return _partial(out, coverage, paces, context)
+    bound = own.get("bound")
+    if bound == "host" or (bound is None and idle[candidate] >= HOST_IDLE_MIN):
         out.update(kind="host-bound", rank=int(candidate))
-    elif named is not None and others and max(others.values()) >= WAIT_MIN:
+    elif named is not None and int(candidate) == named and others and max(others.values()) >= WAIT_MIN:
         out.update(kind="imbalanced", rank=int(candidate))
     elif mean_transfer >= COMM_MIN:
         out.update(kind="communication-bound")
     else:
         out.update(kind="compute-bound", rank=int(candidate), category=top)
+    if withheld:
+        out["evidence"]["figures_say"] = describe(out)
+        out.update(kind="inconclusive", rank=None, category=None, reason=withheld, next=[])
+        return out
     out["next"] = advise(out, context)
+    return out
+
+
+def _partial(out: dict, coverage: Mapping, paces: Mapping, context: Mapping) -> dict:
+    """Rule 2: the ranks present, the ranks missing, and each present rank's own figures."""
+    ev = out["evidence"]
+    bounds = coverage.get("allreduce_bounds") or {}
+    b = bounds.get(str(ev["rank"])) or {}
+    ev.update(ranks_present=list(coverage.get("present") or []), ranks_missing=list(coverage.get("missing") or []),
+              world_size=coverage.get("world_size"), allreduce_low_ms=b.get("low_ms_per_step"),
+              allreduce_high_ms=b.get("high_ms_per_step"), allreduce_low_share=b.get("low_share"),
+              allreduce_high_share=b.get("high_share"))
+    for k in ("allreduce_transfer_ms", "allreduce_transfer_share", "mean_transfer_share", "max_wait_rank",
+              "max_wait_ms", "max_wait_share", "straggler", "straggler_last_share"):
+        ev[k] = None  # what one rank of a group cannot tell
+    missing = coverage.get("missing") or []
+    fetch = "; ".join(f"rank {f['rank']}: {f['glob']}" for f in (coverage.get("fetch") or [])[:4])
+    out.update(kind="partial", rank=None, category=None,
+               reason=(f"{len(coverage.get('present') or [])} of the {coverage.get('world_size')} ranks have a trace "
+                       f"(missing: {', '.join(str(m) for m in missing[:8])}{', ...' if len(missing) > 8 else ''}): "
+                       "a collective's transfer cannot be told from waiting for the missing ranks, and one of them "
+                       "may limit the run"),
+               next=[f"fetch the missing ranks' traces ({fetch}) from the host, beside these, and summarize every "
+                     "rank together (vllm-trace-summary DIR)"])
     return out
 
 
@@ -102,18 +174,10 @@ def advise(verdict: Mapping, context: Mapping) -> list[str]:
     """The one or two experiments most likely to help, for this verdict on this hardware."""
     kind = verdict["kind"]
     link = context.get("interconnect")
-    graphs = context.get("cuda_graphs")
     tp = context.get("tensor_parallel_size")
     rank = verdict.get("rank")
     if kind == "host-bound":
-        first = ("turn CUDA graphs on (the steps launched no graph: drop --enforce-eager, and make the "
-                 "capture sizes cover the batch size)" if graphs is False else
-                 f"find what slows rank {rank}'s host: CPU contention and affinity of its worker (other "
-                 "processes, NUMA placement; pin the workers), then vLLM's --async-scheduling")
-        second = ("if the host is not contended: --async-scheduling, to overlap scheduling with the GPU"
-                  if graphs is False else "compare with a run on an idle host, to tell contention from vLLM's "
-                                          "own per-step CPU time")
-        return [first, second]
+        return _host_advice(verdict, context)
     if kind == "imbalanced":
         return [f"check rank {rank}'s GPU: clocks and throttling (nvidia-smi -q -d PERFORMANCE,CLOCK), its PCIe "
                 "link width and speed, and its position in the topology",
@@ -150,17 +214,59 @@ def advise(verdict: Mapping, context: Mapping) -> list[str]:
     return ["profile again with more decode steps and GPU activities recorded"]
 
 
+ENGINE_GRAPHS = {"vllm": "drop --enforce-eager, and make the capture sizes cover the batch size",
+                 "sglang": "drop --disable-cuda-graph, and make --cuda-graph-max-bs cover the batch size"}
+ENGINE_OVERLAP = {"vllm": "vLLM's --async-scheduling",
+                  "sglang": "SGLang's overlap scheduler (do not pass --disable-overlap-schedule)"}
+
+
+def _host_advice(verdict: Mapping, context: Mapping) -> list[str]:
+    """Host-bound: the slow rank's host first when it is slower than the others', then graphs
+    (when the steps launched none) or overlapping the host's work with the GPU's."""
+    rank = verdict.get("rank")
+    ev = verdict.get("evidence") or {}
+    hosts = {str(r): v for r, v in (ev.get("host_ms_per_step_by_rank") or {}).items() if v is not None}
+    mine, others = hosts.get(str(rank)), [v for r, v in hosts.items() if r != str(rank)]
+    slower = mine is not None and others and mine > max(others) * (1 + pace_rules.TIE_REL)
+    engine = context.get("engine") or "vllm"
+    graphs = f"{'HIP' if context.get('api') == 'HIP' else 'CUDA'} graphs"
+    graph_advice = (f"turn {graphs} on (the steps launched no graph: "
+                    f"{ENGINE_GRAPHS.get(engine, 'capture the step in a graph')})")
+    overlap = ENGINE_OVERLAP.get(engine, "overlapping the host's work with the GPU's")
+    contention = (f"find what slows rank {rank}'s host"
+                  + (f" ({mine:.1f} ms a step; the other ranks' {max(others):.1f} ms at most)" if slower else "")
+                  + ": CPU contention and affinity of its worker (other processes, NUMA placement; pin the workers)")
+    if slower:
+        return [contention, graph_advice if context.get("cuda_graphs") is False else f"then {overlap}"]
+    if context.get("cuda_graphs") is False:
+        return [graph_advice, f"if the host is not contended: {overlap}, to overlap scheduling with the GPU"]
+    return [f"{contention}, then {overlap}",
+            "compare with a run on an idle host, to tell contention from the engine's own per-step CPU time"]
+
+
 def describe(verdict: Mapping) -> str:
-    """The verdict in a few words, for a headline: ``host-bound on rank 0``."""
+    """The verdict in a few words, for a headline: ``host-bound on rank 0`` (``, not steady``
+    when the capture drifts; ``partial: ...`` with ranks missing)."""
     kind = verdict.get("kind") or "inconclusive"
+    ev = verdict.get("evidence") or {}
     if kind == "inconclusive":
         return f"inconclusive: {verdict.get('reason') or 'nothing to judge'}"
+    if kind == "partial":
+        present, missing = ev.get("ranks_present") or [], ev.get("ranks_missing") or []
+        return (f"partial: {_ranks(present)} of {ev.get('world_size')} only ({_ranks(missing)} missing), "
+                "no verdict on the run")
+    words = kind
     if kind == "compute-bound":
         cat = verdict.get("category")
-        return f"compute-bound ({cat})" if cat else "compute-bound"
-    if verdict.get("rank") is not None and kind in ("host-bound", "imbalanced"):
-        return f"{kind} on rank {verdict['rank']}"
-    return kind
+        words = f"compute-bound ({cat})" if cat else "compute-bound"
+    elif verdict.get("rank") is not None and kind in ("host-bound", "imbalanced"):
+        words = f"{kind} on rank {verdict['rank']}"
+    return words + (", not steady" if ev.get("steady") is False else "")
+
+
+def _ranks(ranks: list) -> str:
+    shown = ", ".join(str(r) for r in ranks[:8]) + (", ..." if len(ranks) > 8 else "")
+    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
 
 
 def _r(v: float) -> float:
