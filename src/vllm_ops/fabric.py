@@ -48,6 +48,17 @@ carry no bus id; its CPU process id is the worker's, which the observed mapping 
 
 Findings are data, as the verdict's are: ``{kind, rank, gpu, bus_id, evidence: {...}, thresholds:
 {...}, next: [...]}`` (:func:`findings`), put in words at the edge (:func:`describe`).
+
+For the verdict and the report (not wired yet: they wait for the summarizer's rewrite):
+``campaign.inputs.load_capture`` passes ``capture.json``'s ``fabric`` through (today it drops
+unknown keys); the report command calls ``found = findings(assess(capture))`` once, adds
+``describe(f)`` of each to the summary's warnings (so the headline's warning count and the report's
+warnings name the GPU, bus id and rank), puts ``found`` in ``campaign.json`` (``fabric``: the
+:func:`assess` result and its findings) and a table of ``assess(capture)["links"]`` in the report;
+the verdict's advice for an imbalanced or host-bound rank r puts ``advice_for_rank(found, r)``
+first, and its evidence gains ``pcie_link`` (the finding's evidence) when ``r`` has one. The
+trace's CPU process id of rank r equals ``rank_map``'s ``pid`` when the ranks were observed, a
+check the summarizer can make.
 """
 
 from __future__ import annotations
