@@ -37,10 +37,10 @@ With a ledger (``ledger``: :func:`vllm_ops.ledger.decode_ledger` of the steady s
 of the verdict's rank also carries the ledger's figures: ``gemm_kind``, ``hbm_share``, ``gemm_ms``,
 ``weights_floor_ms``, ``bandwidth_gbps`` and ``bandwidth_source`` (``measured`` or ``spec``),
 ``floors_ms`` (weights, KV cache, all-reduce, total: null where not measured), ``headroom_ms`` or
-``headroom_at_most_ms``,
-``not_measured`` (the floors the ledger could not compute, and why), and ``levers`` (part ->
-milliseconds above its floor); the thresholds gain ``memory_bound_factor``; after the advice,
-``next`` gains one experiment per lever, largest first, with the milliseconds it could recover.
+``headroom_at_most_ms``, ``not_measured`` (the floors the ledger could not compute, and why) and
+``levers`` (part -> milliseconds above its floor); the thresholds gain ``memory_bound_factor``;
+after the advice, ``next`` gains one experiment per lever, largest first, with the milliseconds it
+could recover.
 
 A degraded PCIe link (``fabric``: :func:`vllm_ops.fabric.findings`) is evidence (``pcie_link``:
 each degraded link's finding, naming its GPU and the rank on it); for a host-bound or imbalanced
