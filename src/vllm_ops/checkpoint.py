@@ -37,7 +37,8 @@ Figures of :func:`read_checkpoint` (its JSON is what ``capture.json`` keeps as `
   ``moe_layer_freq``-th); and the KV cache per token (``kv``): with MLA (``kv_lora_rank``
   present) ``(kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes``, one latent per token
   that every tensor-parallel rank keeps whole; else ``2 x num_key_value_heads x head_dim x
-  layers x dtype bytes``, split across ranks by KV head.
+  layers x dtype bytes``, split across ranks by KV head; 0 (``layout: none``) where the config
+  declares ``num_attention_heads: 0``, a model without attention (the sandbox's toy decoder).
 
 Raises :class:`CheckpointError` with a one-line message naming the file; where a caller keeps
 going without the figures (the capture), :func:`unreadable` is the record that says why.
@@ -265,6 +266,9 @@ def kv_per_token(text: dict, layers: int | None, dtype_bytes: int | None) -> dic
                 "formula": f"(kv_lora_rank {text['kv_lora_rank']} + qk_rope_head_dim {rope}) x {layers} layers "
                            f"x {dtype_bytes} bytes"}
     heads = text.get("num_attention_heads")
+    if heads == 0 and not isinstance(heads, bool):
+        return {"layout": "none", "elements_per_layer": 0, "kv_heads": 0, "bytes_per_token": 0,
+                "formula": "num_attention_heads 0: no attention, so no KV cache"}
     kv_heads = text.get("num_key_value_heads") or heads
     head_dim = text.get("head_dim") or (text.get("hidden_size") // heads if isinstance(heads, int) and heads
                                         and isinstance(text.get("hidden_size"), int) else None)

@@ -49,16 +49,15 @@ carry no bus id; its CPU process id is the worker's, which the observed mapping 
 Findings are data, as the verdict's are: ``{kind, rank, gpu, bus_id, evidence: {...}, thresholds:
 {...}, next: [...]}`` (:func:`findings`), put in words at the edge (:func:`describe`).
 
-For the verdict and the report (not wired yet: they wait for the summarizer's rewrite):
-``campaign.inputs.load_capture`` passes ``capture.json``'s ``fabric`` through (today it drops
-unknown keys); the report command calls ``found = findings(assess(capture))`` once, adds
-``describe(f)`` of each to the summary's warnings (so the headline's warning count and the report's
-warnings name the GPU, bus id and rank), puts ``found`` in ``campaign.json`` (``fabric``: the
-:func:`assess` result and its findings) and a table of ``assess(capture)["links"]`` in the report;
-the verdict's advice for an imbalanced or host-bound rank r puts ``advice_for_rank(found, r)``
-first, and its evidence gains ``pcie_link`` (the finding's evidence) when ``r`` has one. The
-trace's CPU process id of rank r equals ``rank_map``'s ``pid`` when the ranks were observed, a
-check the summarizer can make.
+For the verdict and the report: ``campaign.inputs.load_capture`` passes ``capture.json``'s
+``fabric`` through; the report command (``campaign.report.pcie``) calls ``found =
+findings(assess(capture))`` once and gives ``found`` to the summarizer (``summarize(...,
+fabric=found)``), which adds ``describe(f)`` of each to the summary's warnings (so the headline's
+warning count and the report's warnings name the GPU, bus id and rank) and to the verdict
+(:mod:`vllm_ops.traces.verdict`: evidence ``pcie_link``, and ``advice_for_rank(found, r)`` first for
+an imbalanced or host-bound rank r); ``campaign.json`` keeps ``fabric`` (the :func:`assess` result
+and its findings) and the report a table of its ``links``. Not made yet: the check that the trace's
+CPU process id of rank r equals ``rank_map``'s ``pid`` when the ranks were observed.
 """
 
 from __future__ import annotations

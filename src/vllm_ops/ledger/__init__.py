@@ -16,8 +16,9 @@ docstrings define every figure.
 from .bandwidth import SPEC_GBPS, device_bandwidth
 from .errors import LedgerInputError
 from .inputs import ledger_inputs
-from .ledger import LEVERS, MEMORY_BOUND_FACTOR, decode_ledger, describe
+from .ledger import FLOORED_PARTS, GEMM_WORDS, LEVERS, MEMORY_BOUND_FACTOR, PARTS, decode_ledger, describe
 from .reads import expected_experts, load_checkpoint, step_reads
 
-__all__ = ["LEVERS", "MEMORY_BOUND_FACTOR", "SPEC_GBPS", "LedgerInputError", "decode_ledger", "describe",
-           "device_bandwidth", "expected_experts", "ledger_inputs", "load_checkpoint", "step_reads"]
+__all__ = ["FLOORED_PARTS", "GEMM_WORDS", "LEVERS", "MEMORY_BOUND_FACTOR", "PARTS", "SPEC_GBPS", "LedgerInputError",
+           "decode_ledger", "describe", "device_bandwidth", "expected_experts", "ledger_inputs", "load_checkpoint",
+           "step_reads"]

@@ -8,12 +8,13 @@ Read, per rank (``ranks[]``): ``rank``, ``device``, ``gpu_time_measured``; ``dec
 decode, ``steady``, with a ``period_ms`` and a ``window_ms``): ``scheduled_tokens``, else
 ``batch_size`` (B, the tokens of the step), and
 ``key_tokens`` (the sum of the decode requests' context lengths, from the detailed annotation's
-``sk``) where the summary gives it; ``allreduce_calls_per_step`` where no collective group names
-the rank; ``graph_launches_without_activity`` where the summary gives it. Across ranks:
-``collectives.groups[]`` (``ranks``, ``size``, ``calls_per_step``, ``message_bytes.median``: the
-group with the most calls that holds the rank), ``context.tensor_parallel_size`` (else
-``world_size``), and, until ranks carry ``graph_launches_without_activity``, the verdict's
-``reason`` when it says that graph launches have no recorded kernels.
+``sk``; None where the annotation does not give it); ``allreduce_calls_per_step`` where no
+collective group names the rank; ``graph_launches_without_activity`` (the rank's graph launches
+whose kernels the trace lacks). Across ranks: ``collectives.groups[]`` (``ranks``, ``size``,
+``calls_per_step``, ``message_bytes.median``: the group with the most calls that holds the rank),
+``context.tensor_parallel_size`` (else ``world_size``), and, only for a summary written before the
+ranks carried ``graph_launches_without_activity``, the verdict's ``reason`` when it says that
+graph launches have no recorded kernels.
 
 :func:`ledger_inputs` returns ``{tensor_parallel_size, ranks: [...]}``, each rank
 ``{rank, device, measured, why, steps, period_ms, compute_ms, allreduce_transfer_ms,
@@ -28,8 +29,8 @@ from collections.abc import Mapping
 
 from .errors import LedgerInputError
 
-# The verdict's reason when graph launches have no recorded kernels (traces/summary.py); read
-# only while the ranks do not carry graph_launches_without_activity themselves.
+# The verdict's reason when graph launches have no recorded kernels (traces/findings.py); read
+# only for a summary written before the ranks carried graph_launches_without_activity.
 GRAPH_REASON = "CUDA graph launches without recorded kernels"
 
 

@@ -53,11 +53,16 @@ MEMORY_BOUND_FACTOR = 2.0
 # GEMMs faster than the weight floor by more than this share: the inputs do not fit the run.
 BELOW_FLOOR_TOLERANCE = 0.10
 LEVER_COUNT = 3
+# The GEMMs' kind in words, for describe() and the summaries that quote it.
+GEMM_WORDS = {"memory-bound": "memory-bound", "above-weight-floor": "above the weight floor",
+              "below-weight-floor": "below the weight floor: check the inputs"}
 
 GEMM_CATEGORIES = ("gemm", "moe_gemm")
 ATTENTION_CATEGORIES = ("attention",)
 PARTS = ("weights", "kv_cache", "other_kernels", "allreduce_transfer", "allreduce_wait", "gpu_idle", "host")
 KERNEL_PARTS = ("weights", "kv_cache", "other_kernels")
+# The parts whose floor has a term (the others' floor is 0 by definition).
+FLOORED_PARTS = ("weights", "kv_cache", "allreduce_transfer")
 
 # part -> (what the lever is, the experiments that go after it). One table, for the advisor.
 LEVERS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -103,7 +108,9 @@ def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allred
     ``allreduce_floor``: the host's floor (a path to allreduce_bench's JSON, or the dict), which
     also carries the measured copy bandwidth. ``bandwidth``: :func:`.bandwidth.device_bandwidth`'s
     dict, to override it. ``tokens`` / ``key_tokens``: tokens per step and the context lengths'
-    sum, for steps whose annotations do not say (a ``--decode-pattern`` step has neither).
+    sum, given: they replace what the steps' annotations say (a ``--decode-pattern`` step says
+    neither, vLLM's native form no context lengths; ``key_tokens=0`` for a step that reads no
+    KV cache whatever its annotation claims).
     ``kv_dtype_bytes``: the KV cache's element size where the server sets one.
     ``tensor_parallel_size``: default the summary's. Raises LedgerInputError on bad input."""
     inputs = ledger_inputs(summary)
@@ -193,15 +200,15 @@ def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, 
 
 def _mean_reads(r, checkpoint, tp, tokens, key_tokens, kv_dtype_bytes, missing) -> dict | None:
     """The step reads averaged over the rank's steady decode steps (each its own tokens and
-    context lengths; the caller's where the steps do not say)."""
+    context lengths, from its annotation; the caller's instead where given)."""
     if checkpoint is None:
         missing["reads"] = "no checkpoint given (its safetensors headers give the bytes)"
         return None
     steps = list(zip(r["tokens"], r["key_tokens"], strict=True)) or [(None, None)]
     rows = []
     for b, k in steps:
-        b = b if b is not None else tokens
-        k = k if k is not None else key_tokens
+        b = tokens if tokens is not None else b
+        k = key_tokens if key_tokens is not None else k
         if b is None:
             missing["reads"] = ("the tokens per step are unknown (the steps' annotations do not give them, as "
                                 "with a --decode-pattern): pass tokens")
@@ -295,8 +302,7 @@ def describe(rank: Mapping) -> str:
     bw = rank.get("bandwidth") or {}
     if gemm.get("hbm_share") is not None:
         source = "measured" if bw.get("source") == "measured" else "spec"
-        what = {"memory-bound": "memory-bound", "above-weight-floor": "above the weight floor",
-                "below-weight-floor": "below the weight floor: check the inputs"}[gemm["kind"]]
+        what = GEMM_WORDS[gemm["kind"]]
         head += (f"; GEMMs at {100 * gemm['hbm_share']:.0f}% of HBM bandwidth ({bw.get('gbps'):.0f} GB/s, "
                  f"{source}): {what}")
     else:

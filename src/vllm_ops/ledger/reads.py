@@ -13,7 +13,8 @@ For a step of B tokens (:func:`step_reads`; bytes per rank):
 - ``weights`` = the sum of those; ``kv_cache`` = the keys read (the sum of the decode requests'
   context lengths: vLLM's detailed step annotations' ``sk``) x the KV bytes per token, whole on
   every rank with MLA (each rank keeps the whole latent), / TP by KV head otherwise (at least one
-  head per rank); ``total`` = weights + kv_cache.
+  head per rank), 0 for a model without attention (the record's ``kv.layout`` ``none``: no KV cache,
+  whatever the context); ``total`` = weights + kv_cache.
 
 Per rank is the checkpoint's bytes divided by the TP size, as vLLM shards them; tensors it
 replicates on every rank (norms, the router, MLA's low-rank projections) make the true per-rank
@@ -24,6 +25,7 @@ cannot be computed is None, with the reason in ``missing``; a sum with a None te
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 
@@ -44,15 +46,40 @@ def expected_experts(experts: int, per_token: int, tokens: int) -> float:
 
 def load_checkpoint(source: str | os.PathLike | Mapping) -> dict:
     """A checkpoint's record: read from a model directory's headers (the same reader the hosts
-    run), or a record already read (``capture.json``'s ``checkpoint``), checked. Raises
-    LedgerInputError, the package's error, where the shared reader raises its own."""
+    run), or a record already read: the mapping, or a JSON file holding it (the record as
+    ``vllm_checkpoint`` returns it, or a ``capture.json``, whose ``checkpoint`` it is), checked.
+    Raises LedgerInputError, the package's error, where the shared reader raises its own."""
     if isinstance(source, Mapping):
         check_record(source)
         return dict(source)
+    path = os.fspath(source)
+    if os.path.isfile(path):
+        return _record_file(path)
     try:
-        return ckpt.read_checkpoint(os.fspath(source))
+        return ckpt.read_checkpoint(path)
     except ckpt.CheckpointError as exc:
         raise LedgerInputError(str(exc)) from None
+
+
+def _record_file(path: str) -> dict:
+    """The checkpoint record a JSON file holds (itself, or a capture.json's ``checkpoint``)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise LedgerInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise LedgerInputError(f"{path}: neither a model directory nor a checkpoint record in JSON ({exc})") from None
+    if isinstance(data, Mapping) and "checkpoint" in data and data.get("tool") != ckpt.TOOL:
+        data = data["checkpoint"]
+        if data is None:
+            raise LedgerInputError(f"{path}: the capture recorded no checkpoint (vllm_capture_checkpoint_enabled "
+                                   "was off); give the model directory")
+    try:
+        check_record(data)
+    except LedgerInputError as exc:
+        raise LedgerInputError(f"{path}: {exc}") from None
+    return dict(data)
 
 
 def check_record(record: Mapping) -> None:
@@ -120,6 +147,8 @@ def _kv(model: Mapping, key_tokens: int | None, tp: int, kv_dtype_bytes: int | N
     if per_token is None:
         missing["kv_cache"] = kv.get("note") or "config.json gives no KV cache size per token"
         return None
+    if kv.get("layout") == "none":
+        return 0.0  # no attention: no KV cache to read
     if key_tokens is None:
         missing["kv_cache"] = ("the context lengths are unknown (vLLM's detailed step annotations carry them: "
                                "profiler_config detailed_trace_annotation)")

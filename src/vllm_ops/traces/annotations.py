@@ -30,7 +30,10 @@ generation request), ``prefill`` (context requests only), ``mixed`` (both) or ``
 ``scheduled_tokens`` = T where the name gives it, else the sum of the groups' token counts;
 ``context_tokens`` and ``generation_tokens``: the token counts of the context (prefill) and the
 generation (decode) group (vLLM: the group's first number, or its ``sq``; SGLang: ``c_sq``/``g_sq``,
-``toks`` of an EXTEND step, ``bs`` of a plain DECODE step). Fields a name does not give are None.
+``toks`` of an EXTEND step, ``bs`` of a plain DECODE step); ``key_tokens``: the sum of the decode
+requests' key lengths, their context read from the KV cache (the generation group's ``sk`` in vLLM's
+detailed form, SGLang's ``g_sk``; vLLM's native form does not give it). Fields a name does not give
+are None.
 ``ENGINE_FAMILIES`` are the families of inference engines (vLLM, SGLang): a step of one of them
 says the trace is an engine's, whatever its phase.
 
@@ -59,6 +62,7 @@ class StepName:
     scheduled_tokens: int | None = None
     context_tokens: int | None = None
     generation_tokens: int | None = None
+    key_tokens: int | None = None
 
     @property
     def batch_size(self) -> int | None:
@@ -83,16 +87,24 @@ def _sq(text: str) -> int:
     return int(hit.group(1)) if hit else 0
 
 
-def _vllm_parser(family: str, group_tokens: Callable[[str], int]) -> Callable[[re.Match], StepName]:
-    """The parser of one vLLM form: request counts, and the scheduled tokens (T where the name
-    gives it, else the sum of the groups' token counts, read by ``group_tokens``)."""
+def _sk(text: str) -> int | None:
+    hit = re.match(r"sq\d+sk(\d+)", text)
+    return int(hit.group(1)) if hit else None
+
+
+def _vllm_parser(family: str, group_tokens: Callable[[str], int],
+                 group_keys: Callable[[str], int | None] | None = None) -> Callable[[re.Match], StepName]:
+    """The parser of one vLLM form: request counts, the scheduled tokens (T where the name gives
+    it, else the sum of the groups' token counts, read by ``group_tokens``) and, where the form
+    has them, the generation group's key lengths (``group_keys``)."""
 
     def parse(m: re.Match) -> StepName:
         n, m_ = int(m["n"]), int(m["m"])
         total = m["total"]
         ctok, gtok = group_tokens(m["ctok"]), group_tokens(m["gtok"])
         tokens = int(total) if total else ctok + gtok
-        return StepName(family, _phase(n, m_), n, m_, tokens, ctok, gtok)
+        keys = group_keys(m["gtok"]) if group_keys is not None else None
+        return StepName(family, _phase(n, m_), n, m_, tokens, ctok, gtok, keys)
 
     return parse
 
@@ -108,14 +120,14 @@ def _sglang(m: re.Match) -> StepName:
     mode, bs = m["mode"], kv.get("bs")
     if mode == "DECODE":
         g_tok = kv.get("g_sq", bs)
-        return StepName("sglang", DECODE if bs else EMPTY, 0, bs, g_tok, 0, g_tok)
+        return StepName("sglang", DECODE if bs else EMPTY, 0, bs, g_tok, 0, g_tok, kv.get("g_sk"))
     if mode == "EXTEND":
         c_tok = kv.get("toks", kv.get("c_sq"))
         return StepName("sglang", PREFILL if bs else EMPTY, bs, 0, c_tok, c_tok, 0)
     n, m_ = kv.get("c"), kv.get("g")
     c_tok, g_tok = kv.get("c_sq"), kv.get("g_sq")
     tokens = c_tok + g_tok if c_tok is not None and g_tok is not None else kv.get("toks")
-    return StepName("sglang", MIXED, n, m_, tokens, c_tok, g_tok)
+    return StepName("sglang", MIXED, n, m_, tokens, c_tok, g_tok, kv.get("g_sk"))
 
 
 _TOKENS = r"\d+(?:_\d+)*"
@@ -128,7 +140,7 @@ FAMILIES: tuple[tuple[str, re.Pattern, Callable[[re.Match], StepName]], ...] = (
         rf"_generation_(?P<m>\d+)\((?P<gtok>{_TOKENS})\)$"), _vllm_parser("vllm", _first_int)),
     ("vllm_detailed", re.compile(
         rf"^execute_(?:(?P<total>\d+)_)?context_(?P<n>\d+)\((?P<ctok>{_DETAILED})\)"
-        rf"_generation_(?P<m>\d+)\((?P<gtok>{_DETAILED})\)$"), _vllm_parser("vllm_detailed", _sq)),
+        rf"_generation_(?P<m>\d+)\((?P<gtok>{_DETAILED})\)$"), _vllm_parser("vllm_detailed", _sq, _sk)),
     ("sglang", re.compile(r"^step\[(?P<mode>DECODE|EXTEND|MIXED)\b(?P<body>[^\]]*)\]$"), _sglang),
     ("profiler_step", re.compile(r"^ProfilerStep#\d+$"), _profiler_step),
 )
@@ -177,7 +189,8 @@ class StepMatcher:
                                                                parsed.generation_requests,
                                                                parsed.scheduled_tokens,
                                                                parsed.context_tokens,
-                                                               parsed.generation_tokens)))
+                                                               parsed.generation_tokens,
+                                                               parsed.key_tokens)))
                 break
             if parsed is not None and (parsed.phase == phase or (phase == DECODE and parsed.phase is None)):
                 parsed = None

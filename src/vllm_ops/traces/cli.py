@@ -69,6 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allreduce-floor", metavar="FILE",
                    help="the host's all-reduce floor (allreduce_bench.py's JSON), set beside each collective's "
                         "transfer and used by the verdict")
+    p.add_argument("--checkpoint", metavar="DIR_OR_JSON",
+                   help="the model's checkpoint, for the decode ledger (how far the steady decode step is from "
+                        "its floor, part by part): its directory (config.json and the safetensors headers are read, "
+                        "never a tensor), or its bytes already read: a JSON file of the record (the module "
+                        "vllm_checkpoint's) or a campaign's capture.json, whose checkpoint it is")
+    p.add_argument("--tokens", type=int, metavar="N",
+                   help="tokens per decode step for the ledger, instead of what the steps' names say (a "
+                        "--decode-pattern step says nothing)")
+    p.add_argument("--key-tokens", type=int, metavar="N",
+                   help="the decode requests' context lengths summed, per step, for the ledger's KV-cache floor, "
+                        "instead of what the steps' names say (vLLM's detailed annotation; its native form does not "
+                        "say); 0 for a step that reads no KV cache")
     p.add_argument("--list-categories", action="store_true", help="print the category table and exit")
     return p
 
@@ -120,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             args.paths, decode_pattern=args.decode_pattern, prefill_pattern=args.prefill_pattern,
             keep_going=args.keep_going, top=args.top, categories=args.category or None, jobs=args.jobs,
             parser=args.parser, context=context, allreduce_floor=args.allreduce_floor, exclude=_output_file(),
+            checkpoint=args.checkpoint, tokens=args.tokens, key_tokens=args.key_tokens,
         )
-    except VllmOpsError as exc:  # a trace's, or the all-reduce floor's (vllm_ops.allreduce)
+    except VllmOpsError as exc:  # a trace's, the all-reduce floor's (vllm_ops.allreduce), the checkpoint's
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

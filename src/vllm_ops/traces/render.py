@@ -4,12 +4,19 @@ A rank whose trace holds no GPU kernel events (``gpu_time_measured`` false) gets
 GPU figures: the text says plainly that its GPU time and all-reduce share were not
 measured, and a small table gives what is known (steps, their wall time and where they
 were found). Summaries written before that key existed count as measured.
+
+The decode ledger (the summary's ``ledger``, :mod:`vllm_ops.ledger`) gets a section of its own:
+each part of the steady step beside its floor, per rank, what the ledger could not measure and
+why, and what it cannot see; a figure it left null is written "not measured", never a number.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .. import fabric
+from ..ledger import GEMM_WORDS, PARTS
+from ..ledger import describe as describe_ledger
 from .errors import TraceInputError
 from .summary import NOT_MEASURED
 from .verdict import describe
@@ -30,6 +37,7 @@ def to_markdown(summary: Mapping) -> str:
         out.extend(_coverage(summary))
         out.extend(_regimes(summary))
     out.extend(_decomposition(measured))
+    out.extend(_ledger(summary))
     out.extend(_steady(summary, measured))
     out.extend(_collectives(summary))
     out.extend(_by_batch_size(measured))
@@ -122,7 +130,36 @@ def verdict_sentence(summary: Mapping) -> str:
         parts.append(f"rank {ev['max_wait_rank']} waits {_ms(ev['max_wait_ms'])} ms{whom}")
     if kind == "compute-bound" and ev.get("top_category"):
         parts.append(f"{ev['top_category']} {_ms(ev['top_category_ms'])} ms")
+    parts += _ledger_parts(ev, kind)
     return f"{words}: " + "; ".join(parts) + _regimes_part(summary)
+
+
+FLOOR_WORDS = {"weights": "weight", "kv_cache": "KV-cache", "allreduce": "all-reduce"}
+
+
+def _ledger_parts(ev: Mapping, kind: str | None) -> list[str]:
+    """What the decode ledger adds to the sentence (the verdict's rank): the GEMMs against the
+    weight floor, and the headroom above the step's floor, or the floors it could not measure."""
+    if "gemm_kind" not in ev:
+        return []
+    out = []
+    source = ev.get("bandwidth_source")
+    bw = f"{ev['bandwidth_gbps']:.0f} GB/s, {source}" if ev.get("bandwidth_gbps") else "bandwidth unknown"
+    if kind == "memory-bound":
+        out.append(f"GEMMs {_ms(ev['gemm_ms'])} ms against a weight floor of {_ms(ev['weights_floor_ms'])} ms ({bw})")
+    elif ev.get("hbm_share") is not None:
+        out.append(f"GEMMs at {100 * ev['hbm_share']:.0f}% of HBM bandwidth ({bw}): "
+                   f"{GEMM_WORDS.get(ev['gemm_kind'], ev['gemm_kind'])}")
+    floors = ev.get("floors_ms") or {}
+    unknown = [k for k in FLOOR_WORDS if floors.get(k) is None]
+    if ev.get("headroom_ms") is not None:
+        out.append(f"floor {_ms(floors.get('total'))} ms, headroom {_ms(ev['headroom_ms'])} ms")
+    elif ev.get("headroom_at_most_ms") is not None and len(unknown) < len(FLOOR_WORDS):
+        out.append(f"headroom at most {_ms(ev['headroom_at_most_ms'])} ms above the floor "
+                   f"({', '.join(FLOOR_WORDS[k] for k in unknown)} floor not measured)")
+    else:
+        out.append("decode floor not measured (the decode ledger says why)")
+    return out
 
 
 def _partial_parts(v: Mapping, summary: Mapping) -> list[str]:
@@ -169,8 +206,11 @@ def _verdict(summary: Mapping) -> list[str]:
     if ev:
         out += ["| evidence | value |", "| --- | --- |"]
         for key, value in ev.items():
-            if isinstance(value, Mapping):
-                value = ", ".join(f"rank {k}: {v}" for k, v in value.items() if v is not None) or None
+            if key == "pcie_link" and value:
+                value = "; ".join(fabric.describe(f) for f in value)
+            elif isinstance(value, Mapping):
+                pre = "rank " if key.endswith("_by_rank") else ""
+                value = ", ".join(f"{pre}{k}: {v}" for k, v in value.items() if v is not None) or None
             if value is not None:
                 out.append(f"| {key} | {_cell(value)} |")
         out.append("| thresholds | " + ", ".join(f"{k} {val}" for k, val in (v.get("thresholds") or {}).items()) + " |")
@@ -288,6 +328,64 @@ def _decomposition(ranks: list) -> list[str]:
          [_pct(d.get("idle_host_share")) for _, d in rows])
     line("(steps averaged)", [str(d["steps"]) for _, d in rows])
     return [*out, ""]
+
+
+_PART_WORDS = {"weights": "weights: GEMM and MoE GEMM kernels", "kv_cache": "KV cache: attention kernels",
+               "other_kernels": "other kernels", "allreduce_transfer": "all-reduce transfer",
+               "allreduce_wait": "all-reduce waiting", "gpu_idle": "GPU idle inside the window",
+               "host": "host time outside the window"}
+
+
+def _ledger(summary: Mapping) -> list[str]:
+    """The decode ledger: each part of the steady step beside its floor, per rank (see the module)."""
+    led = summary.get("ledger")
+    if not led:
+        return []
+    ranks = [r for r in led.get("ranks") or [] if r.get("parts")]
+    ck = led.get("checkpoint") or {}
+    where = (f"`{_cell(ck.get('path'))}`, {ck['bytes']:,} bytes" if ck.get("bytes") is not None else
+             f"`{_cell(ck.get('path'))}`: {_cell(ck.get('error') or 'not read')}")
+    out = ["## The steady decode step against its floor (the decode ledger)", "",
+           "Each part of the mean steady decode step (the decomposition above) beside the least it can take: the "
+           "weights and the KV cache read once from HBM at the GPU's bandwidth, the all-reduces at the host's "
+           "measured floor; the other parts have no floor term (0), so all of their time is headroom. Measured / "
+           "floor / above the floor, ms per step; \"-\" where not measured. Definitions: `vllm_ops.ledger`.", "",
+           f"Checkpoint {where}; tensor parallel size {led.get('tensor_parallel_size')}; all-reduce floor "
+           + (f"`{_cell(led['allreduce_floor'])}`." if led.get("allreduce_floor") else "none given."), ""]
+    bws = {}
+    for r in led.get("ranks") or []:
+        bw = r.get("bandwidth") or {}
+        text = (f"{bw['gbps']:.0f} GB/s, {bw.get('source')}: {bw.get('how')}" if bw.get("gbps") else
+                f"not known ({bw.get('note')})")
+        bws.setdefault(text, []).append(str(r.get("rank")))
+    out += [f"Bandwidth ({_ranks_words(v)}): {_cell(k)}." for k, v in bws.items()] + [""]
+    if ranks:
+        out += ["| part | " + " | ".join(f"rank {r.get('rank')}" for r in ranks) + " |",
+                "| --- |" + " ---: |" * len(ranks)]
+        for part in PARTS:
+            cells = []
+            for r in ranks:
+                p = next((x for x in r["parts"] if x["part"] == part), {})
+                cells.append(f"{_num(p.get('measured_ms'))} / {_num(p.get('floor_ms'))} / "
+                             f"{_num(p.get('above_floor_ms'))}")
+            out.append(f"| {_PART_WORDS.get(part, part)} | " + " | ".join(cells) + " |")
+        out.append("| **the step** (period / floor / headroom) | " + " | ".join(
+            f"{_num(r.get('period_ms'))} / {_num((r.get('floors') or {}).get('total'))} / "
+            + (_num(r["headroom_ms"]) if r.get("headroom_ms") is not None else
+               f"at most {_num(r.get('headroom_at_most_ms'))}") for r in ranks) + " |")
+        out.append("")
+    out += [f"- {_cell(describe_ledger(r))}" for r in led.get("ranks") or []] + [""]
+    missing = [(r.get("rank"), k, v) for r in led.get("ranks") or [] for k, v in (r.get("not_measured") or {}).items()]
+    if missing:
+        out += ["Not measured, and why:", ""] + [f"- rank {rank}, {k}: {_cell(v)}" for rank, k, v in missing] + [""]
+    spots = led.get("blind_spots") or []
+    if spots:
+        out += ["What the ledger cannot see:", ""] + [f"- {_cell(x)}" for x in spots] + [""]
+    return out
+
+
+def _ranks_words(ranks: list[str]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(ranks)
 
 
 _STEADY_FIGURES = (("period_ms", "period"), ("busy_ms", "GPU busy"), ("idle_ms", "GPU idle in window"),

@@ -18,7 +18,9 @@ p90, mean, min, max over every decode step) and ``steady_stats`` (over the stead
 (``compute_ms`` by category, ``allreduce_transfer_ms``, ``allreduce_wait_ms``,
 ``idle_in_window_ms``, ``host_ms``); ``by_batch_size``. Each step row also carries
 ``lead_ms``, ``host_blocked_ms``, ``host_step_ms``, ``host_gap_ms``, ``context_tokens`` and
-``generation_tokens`` (:mod:`.timeline`). Across ranks: ``steady_state`` (the rule, the steps
+``generation_tokens`` and ``key_tokens`` (:mod:`.timeline`); per rank also
+``graph_launches`` and ``graph_launches_without_activity`` (graph launches whose kernels the trace
+lacks). Across ranks: ``steady_state`` (the rule, the steps
 left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdict`` and
 ``context`` (what the advisor knew of the hardware; also ``engine`` and ``api``,
 :mod:`.findings`), and:
@@ -36,6 +38,15 @@ left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdic
   in its name nor ``distributedInfo`` is skipped after it was read).
 * ``sanity``: :mod:`.sanity`'s checks (negative durations, repeated ids and the pairing used,
   impossible steps, and ``refused``, the reason the verdict is withheld).
+* ``ledger``: where a checkpoint is given (its directory, its record, or a JSON file of it), the
+  decode ledger of the steady decode step (:func:`vllm_ops.ledger.decode_ledger`, whose module
+  defines every figure): per rank the floors (weights and KV cache at the GPU's bandwidth, measured
+  or the labelled spec; the all-reduce at the host's floor), each part measured against its floor,
+  the headroom, the GEMMs' share of the bandwidth and the levers; else null. The verdict reads it
+  (:mod:`.verdict`: memory-bound GEMMs, the levers in ``next``).
+* ``fabric``: the PCIe findings given (:func:`vllm_ops.fabric.findings` of the capture's links,
+  which the campaign's report passes), each also a warning (:func:`vllm_ops.fabric.describe`) and
+  the verdict's evidence ``pcie_link``; ``[]`` when none were given.
 
 ``decode_pattern`` records the steps used: the user's, the families' (as one regex), or
 ``ProfilerStep#N`` (the fallback, :mod:`.findings`). Warnings come in the order a reader needs
@@ -67,6 +78,8 @@ from statistics import fmean
 
 import numpy as np
 
+from .. import fabric as fabric_mod
+from .. import ledger as ledger_mod
 from ..allreduce import floor
 from . import collectives, coverage, findings, pace, regimes, sanity, steady, timeline, verdict
 from .annotations import DECODE, MIXED, PREFILL, StepMatcher
@@ -94,7 +107,8 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
               prefill_pattern: str | None = None, keep_going: bool = False, top: int = 10,
               categories: object = None, jobs: int | None = None, parser: str = "auto",
               context: Mapping | None = None, allreduce_floor: object = None,
-              exclude: Iterable = ()) -> dict:
+              exclude: Iterable = (), checkpoint: object = None, tokens: int | None = None,
+              key_tokens: int | None = None, fabric: Sequence[Mapping] | None = None) -> dict:
     """Summarize the traces of one run (one file per rank; directories are expanded).
 
     ``decode_pattern`` / ``prefill_pattern`` override the annotation families for that phase
@@ -103,7 +117,12 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
     hardware: ``interconnect`` (``nvlink``/``pcie``), ``gpu``, ``tensor_parallel_size``,
     ``cuda_graphs``; what it lacks comes from the traces where they say it. ``allreduce_floor`` is
     the host's measured all-reduce floor (:mod:`.floor`: a path to allreduce_bench's JSON, or
-    the dict), set beside each collective's transfer. ``jobs`` bounds the
+    the dict), set beside each collective's transfer, and its measured copy the bandwidth of the
+    ledger's floors. ``checkpoint`` (a model directory, its record as ``capture.json`` keeps it,
+    or a JSON file of either) turns on the decode ledger (``ledger``); ``tokens`` and
+    ``key_tokens`` are given to it, replacing the steps' own (:func:`vllm_ops.ledger.decode_ledger`).
+    ``fabric``: the capture's PCIe findings (:func:`vllm_ops.fabric.findings`), for the warnings
+    and the verdict. ``jobs`` bounds the
     worker processes (default: one per file, at most one per CPU). ``exclude`` names files never
     to read, by path or as ``(st_dev, st_ino)`` (the file the summary is being written to;
     :func:`.reader.find_rank_traces` says how directories are read). Raises
@@ -118,6 +137,11 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
     if context is not None and not isinstance(context, Mapping):
         raise TraceInputError(f"context must be a mapping, got {type(context).__name__}")
     measured_floor = floor.load_floor(allreduce_floor) if allreduce_floor is not None else None
+    record = ledger_mod.load_checkpoint(checkpoint) if checkpoint is not None else None
+    for what, value in (("tokens", tokens), ("key_tokens", key_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise TraceInputError(f"{what} must be a non-negative integer, got {value!r}")
+    pcie = _fabric(fabric)
     rules = parse_rules(categories)
     Classifier(rules)  # validate the user's regexes here, once, with a clean message
     excluded = frozenset(i for i in (x if isinstance(x, tuple) else file_id(os.fspath(x)) for x in exclude)
@@ -156,7 +180,19 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
                     not x["why"].startswith("not a rank trace"))
     inputs = {"paths": [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)],
               "skipped": skipped, "unreadable": unreadable}
-    return _combine(ranks, decode_pattern, prefill_pattern, dict(context or {}), warnings, measured_floor, inputs)
+    return _combine(ranks, decode_pattern, prefill_pattern, dict(context or {}), warnings, measured_floor, inputs,
+                    {"checkpoint": record, "tokens": tokens, "key_tokens": key_tokens,
+                     "allreduce_floor": allreduce_floor}, pcie)
+
+
+def _fabric(found: object) -> list[dict]:
+    """The PCIe findings given, checked: a list of :func:`vllm_ops.fabric.findings`' mappings."""
+    if found is None:
+        return []
+    if not isinstance(found, Sequence) or isinstance(found, (str, bytes)) or not all(
+            isinstance(f, Mapping) and f.get("kind") in ("pcie-link-degraded", "p2p-unavailable") for f in found):
+        raise TraceInputError("fabric: expected vllm_ops.fabric.findings' list of findings")
+    return [dict(f) for f in found]
 
 
 def _compile(what: str, pattern: str) -> re.Pattern:
@@ -275,8 +311,11 @@ def _device_name(data: TraceData) -> str | None:
 # --------------------------------------------------------------------------- across ranks
 
 def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str | None, context: dict,
-             warnings: list[str], measured_floor: dict | None = None, inputs: Mapping | None = None) -> dict:
+             warnings: list[str], measured_floor: dict | None = None, inputs: Mapping | None = None,
+             ledger_args: Mapping | None = None, pcie: list[dict] | None = None) -> dict:
     inputs = dict(inputs or {})
+    ledger_args = dict(ledger_args or {})
+    pcie = list(pcie or [])
     _assign_ranks(ranks, warnings)
     ranks.sort(key=lambda r: r["rank"])
     front: list[str] = []  # what the reader needs first: why no decode steps were found
@@ -387,9 +426,11 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     missing = nothing[0] if nothing else checks["refused"]
     ratios = [g["floor_ratio"] for g in sorted(coll["groups"], key=lambda g: -g["calls"]) if g["floor_ratio"]]
     floor_ratio = ratios[0] if ratios else None
+    ledger = _ledger(entries, coll, ctx, world, ledger_args, warnings)
     decomp = {str(e["rank"]): e["decomposition"] for e in entries if e.get("decomposition")}
     v = verdict.judge(decomp, coll.get("straggler"), ctx, missing, floor_ratio=floor_ratio, pace=pace_,
-                      coverage=cover, withheld=withheld, missing_next=nothing[1] if nothing else None)
+                      coverage=cover, withheld=withheld, missing_next=nothing[1] if nothing else None,
+                      ledger=ledger, fabric=pcie)
     found = [] if v["kind"] == "inconclusive" and not withheld else regimes.find(
         {e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE] for e in live}, lockstep)
     for reg in found:
@@ -397,7 +438,8 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
                 for e in live if reg.get("rank", e["rank"]) == e["rank"]}
         reg["verdict"] = verdict.judge({str(k): _decomposition(v_) for k, v_ in rows.items() if _decomposition(v_)},
                                        coll.get("straggler"), ctx, checks["refused"], floor_ratio=floor_ratio,
-                                       pace=_pace(rows, not cover["complete"]), coverage=cover, withheld=withheld)
+                                       pace=_pace(rows, not cover["complete"]), coverage=cover, withheld=withheld,
+                                       fabric=pcie)
         warnings.append(f"steady state: {reg['count']} of {reg['decode_steps']} decode steps "
                         f"({100 * reg['time_share']:.0f}% of the decode time) left out of the steady figures are a "
                         f"regime of their own ({reg['side']} steps): {verdict.describe(reg['verdict'])}.")
@@ -432,10 +474,30 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
                                                "torch_version", "environment", "timing", "started_at")},
         "verdict": v,
         "context": ctx,
+        "ledger": ledger,
+        "fabric": pcie,
         "allreduce": allreduce,
         "prefill": prefill,
-        "warnings": front + missing_msgs + warnings,
+        "warnings": front + missing_msgs + [f"{fabric_mod.describe(f)}." for f in pcie] + warnings,
     }
+
+
+def _ledger(entries: list[dict], coll: Mapping, ctx: Mapping, world: int | None, args: Mapping,
+            warnings: list[str]) -> dict | None:
+    """The decode ledger of the steady decode step (:func:`vllm_ops.ledger.decode_ledger`) where a
+    checkpoint was given, over the summary's own figures; a warning for GEMMs faster than their
+    weights allow (the checkpoint, the TP size or the bandwidth does not fit the run)."""
+    if args.get("checkpoint") is None:
+        return None
+    partial = {"ranks": entries, "collectives": coll, "context": ctx, "world_size": world}
+    out = ledger_mod.decode_ledger(partial, args["checkpoint"], allreduce_floor=args.get("allreduce_floor"),
+                                   tokens=args.get("tokens"), key_tokens=args.get("key_tokens"))
+    for r in out["ranks"]:
+        if r["gemm"]["kind"] == "below-weight-floor":
+            warnings.append(f"decode ledger: rank {r['rank']}'s GEMMs took {r['gemm']['measured_ms']:.3f} ms a step, "
+                            f"less than reading its weights at {r['bandwidth']['gbps']:.0f} GB/s allows "
+                            f"({r['gemm']['floor_ms']:.3f} ms): {r['gemm']['why']}.")
+    return out
 
 
 def _pace(rows_by_rank: Mapping[int, list[dict]], partial: bool) -> dict:
@@ -524,6 +586,7 @@ def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[f
     entry = {
         "rank": r["rank"], "file": r["file"], "parser": r["parser"], "rank_from": r["rank_from"],
         "device": r["device"], "gpu_kernels": r["gpu_kernels"], "gpu_time_measured": measured,
+        "graph_launches": r["graph_launches"], "graph_launches_without_activity": r["graph_launches_without_activity"],
         "decode_steps": len(decode), "steady_steps": len(steady_rows) if decode else None,
         "steps_from": st["steps_from"] if rows else None,
         "timeline": r["timeline"] if measured else None,

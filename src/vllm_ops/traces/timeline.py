@@ -68,8 +68,8 @@ Definitions (one per figure; the CLI, the filters, the report and the history us
   that: the host's own time for the step. ``host_gap_ms``: from the host span's end to the next
   decode step's host span start, less the waits in between (null for the last step and where
   the next host span starts before this one ends).
-* ``context_tokens``, ``generation_tokens``: the token counts the step's name gives
-  (:mod:`.annotations`).
+* ``context_tokens``, ``generation_tokens``, ``key_tokens``: the token counts the step's name
+  gives (:mod:`.annotations`; ``key_tokens``: the decode requests' context lengths, summed).
 """
 
 from __future__ import annotations
@@ -450,6 +450,7 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
             "capture": capture[i],
             "context_tokens": s.step.context_tokens,
             "generation_tokens": s.step.generation_tokens,
+            "key_tokens": s.step.key_tokens,
             **{k: _ms(v[i]) if not np.isnan(v[i]) else None for k, v in host.items()},
         })
     return out

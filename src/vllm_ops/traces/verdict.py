@@ -26,7 +26,26 @@ of the rank's mean steady period):
    waits for it at least :data:`WAIT_MIN` of its period.
 6. ``communication-bound``: the all-reduce transfer (no waiting) takes at least
    :data:`COMM_MIN` of the period, on average over the ranks.
-7. ``compute-bound`` otherwise, on the category with the most busy time (``category``).
+7. ``memory-bound`` where the category with the most busy time is a GEMM one (``gemm``,
+   ``moe_gemm``) and the decode ledger calls that rank's GEMMs memory-bound: their time within
+   :data:`vllm_ops.ledger.MEMORY_BOUND_FACTOR` of reading the weights once at the GPU's bandwidth
+   (``hbm_share``, "GEMMs at 78% of HBM bandwidth"). Such GEMMs wait for memory, not for the ALUs.
+8. ``compute-bound`` otherwise, on the category with the most busy time (``category``): without a
+   ledger (no checkpoint given) a GEMM category cannot be told memory-bound, and stays here.
+
+With a ledger (``ledger``: :func:`vllm_ops.ledger.decode_ledger` of the steady step), the evidence
+of the verdict's rank also carries the ledger's figures: ``gemm_kind``, ``hbm_share``, ``gemm_ms``,
+``weights_floor_ms``, ``bandwidth_gbps`` and ``bandwidth_source`` (``measured`` or ``spec``),
+``floors_ms`` (weights, KV cache, all-reduce, total: null where not measured), ``headroom_ms`` or
+``headroom_at_most_ms``, ``not_measured`` (the floors the ledger could not compute, and why) and
+``levers`` (part -> milliseconds above its floor); the thresholds gain ``memory_bound_factor``;
+after the advice, ``next`` gains one experiment per lever, largest first, with the milliseconds it
+could recover.
+
+A degraded PCIe link (``fabric``: :func:`vllm_ops.fabric.findings`) is evidence (``pcie_link``:
+each degraded link's finding, naming its GPU and the rank on it); for a host-bound or imbalanced
+rank whose own link is degraded, and for a communication-bound run with any degraded link, the
+link's check comes first in ``next``.
 
 The evidence says whether the capture is steady (``steady``) and, when it is not, the period
 it drifts to (``predicted_period_ms``) and the rank whose lead moved (``drifting_rank``).
@@ -49,7 +68,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .. import fabric as fabric_mod
 from ..allreduce.floor import ABOVE_FLOOR, AT_FLOOR
+from ..ledger import MEMORY_BOUND_FACTOR
 from . import pace as pace_rules
 
 MIN_STEADY_STEPS = 2
@@ -59,15 +80,19 @@ COMM_MIN = 0.25
 
 THRESHOLDS = {"host_idle_min": HOST_IDLE_MIN, "wait_min": WAIT_MIN, "comm_min": COMM_MIN,
               "min_steady_steps": MIN_STEADY_STEPS, **pace_rules.THRESHOLDS}
+GEMM_CATEGORIES = ("gemm", "moe_gemm")
+# What the verdict's evidence keeps of a degraded link's finding (fabric.describe reads these).
+LINK_EVIDENCE = ("kind", "rank", "gpu", "bus_id", "evidence")
 
 
 def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, context: Mapping,
           missing: str | None = None, floor_ratio: float | None = None, pace: Mapping | None = None,
           coverage: Mapping | None = None, withheld: str | None = None,
-          missing_next: list[str] | None = None) -> dict:
+          missing_next: list[str] | None = None, ledger: Mapping | None = None,
+          fabric: list[Mapping] | None = None) -> dict:
     """The verdict over the ranks' steady decompositions (``{rank: decomposition}``), their
-    pace (:func:`.summary` gives ``{limit, bound, ..., ranks: {rank: pace}}``) and the group's
-    coverage."""
+    pace (:func:`.summary` gives ``{limit, bound, ..., ranks: {rank: pace}}``), the group's
+    coverage, and the decode ledger of the steady step and the PCIe findings where given."""
     base = {"kind": "inconclusive", "rank": None, "category": None, "evidence": {}, "thresholds": dict(THRESHOLDS),
             "reason": None, "next": []}
     usable = {r: d for r, d in decomposition.items() if d and d.get("period_ms")}
@@ -126,6 +151,13 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
     compute = {c: ms for c, ms in d["compute_ms"].items()}
     top = max(compute, key=compute.get) if compute else None
     ev["top_category"], ev["top_category_ms"] = top, compute.get(top) if top else None
+    led = _ledger_rank(ledger, candidate)
+    if led is not None:
+        ev.update(_ledger_evidence(led))
+        base["thresholds"]["memory_bound_factor"] = MEMORY_BOUND_FACTOR
+    links = [{k: f.get(k) for k in LINK_EVIDENCE} for f in fabric or [] if f.get("kind") == "pcie-link-degraded"]
+    if links:
+        ev["pcie_link"] = links
     out = dict(base, evidence=ev)
     if coverage and not coverage.get("complete", True):
         return _partial(out, coverage, paces, context)
@@ -136,14 +168,53 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         out.update(kind="imbalanced", rank=int(candidate))
     elif mean_transfer >= COMM_MIN:
         out.update(kind="communication-bound")
+    elif top in GEMM_CATEGORIES and ev.get("gemm_kind") == "memory-bound":
+        out.update(kind="memory-bound", rank=int(candidate), category=top)
     else:
         out.update(kind="compute-bound", rank=int(candidate), category=top)
     if withheld:
         out["evidence"]["figures_say"] = describe(out)
         out.update(kind="inconclusive", rank=None, category=None, reason=withheld, next=[])
         return out
-    out["next"] = advise(out, context)
+    out["next"] = _link_first(out, fabric or []) + advise(out, context) + _lever_steps(led)
     return out
+
+
+def _ledger_rank(ledger: Mapping | None, rank: str) -> Mapping | None:
+    """The ledger's figures of ``rank`` (a decomposition key), or None without a ledger."""
+    if not ledger:
+        return None
+    return next((r for r in ledger.get("ranks") or [] if str(r.get("rank")) == rank), None)
+
+
+def _ledger_evidence(led: Mapping) -> dict:
+    """The ledger's figures the verdict carries (see the module's docstring)."""
+    gemm, bw, floors = led.get("gemm") or {}, led.get("bandwidth") or {}, led.get("floors") or {}
+    return {"gemm_kind": gemm.get("kind"), "hbm_share": gemm.get("hbm_share"), "gemm_ms": gemm.get("measured_ms"),
+            "weights_floor_ms": gemm.get("floor_ms"), "bandwidth_gbps": bw.get("gbps"),
+            "bandwidth_source": bw.get("source"), "floors_ms": dict(floors) or None,
+            "headroom_ms": led.get("headroom_ms"), "headroom_at_most_ms": led.get("headroom_at_most_ms"),
+            "not_measured": dict(led.get("not_measured") or {}) or None,
+            "levers": {lv["part"]: lv["recoverable_ms"] for lv in led.get("levers") or []} or None}
+
+
+def _link_first(verdict: Mapping, fabric: list[Mapping]) -> list[str]:
+    """A degraded link's check, first: on a host-bound or imbalanced verdict's own rank, or any
+    link of a communication-bound run."""
+    kind = verdict["kind"]
+    if kind in ("host-bound", "imbalanced"):
+        return fabric_mod.advice_for_rank(fabric, verdict.get("rank"))
+    if kind == "communication-bound":
+        return [step for f in fabric if f.get("kind") == "pcie-link-degraded" for step in f["next"][:1]]
+    return []
+
+
+def _lever_steps(led: Mapping | None) -> list[str]:
+    """The ledger's levers as experiments, largest first, each with the milliseconds it could recover."""
+    if led is None:
+        return []
+    return [f"{lv['lever']}: {lv['recoverable_ms']:.2f} ms a step above its floor; {lv['next'][0]}"
+            for lv in led.get("levers") or [] if lv.get("next")]
 
 
 def _partial(out: dict, coverage: Mapping, paces: Mapping, context: Mapping) -> dict:
@@ -182,6 +253,13 @@ def advise(verdict: Mapping, context: Mapping) -> list[str]:
         return [f"check rank {rank}'s GPU: clocks and throttling (nvidia-smi -q -d PERFORMANCE,CLOCK), its PCIe "
                 "link width and speed, and its position in the topology",
                 f"profile again to see whether rank {rank} is always the late one"]
+    if kind == "memory-bound":
+        share = (verdict.get("evidence") or {}).get("hbm_share")
+        return [f"the GEMMs read their weights at {100 * share:.0f}% of HBM bandwidth, so only fewer bytes per "
+                "token make them faster: more tokens per step for the same weights (more concurrency, speculative "
+                "decoding)",
+                "fewer bytes per weight: a lower-precision checkpoint (FP8, or INT4 with its kernels compared), or "
+                "more ranks per instance (each reads less, for more all-reduce)"]
     ratio = (verdict.get("evidence") or {}).get("allreduce_floor_ratio")
     if kind == "communication-bound" and ratio is not None and ratio <= AT_FLOOR:
         return [f"all-reduce already runs at the host's measured floor ({ratio:.2f}x): no NCCL setting will help; "
@@ -259,6 +337,10 @@ def describe(verdict: Mapping) -> str:
     if kind == "compute-bound":
         cat = verdict.get("category")
         words = f"compute-bound ({cat})" if cat else "compute-bound"
+    elif kind == "memory-bound":
+        share = ev.get("hbm_share")
+        words = (f"memory-bound ({verdict.get('category')} at {100 * share:.0f}% of HBM bandwidth)"
+                 if share is not None else "memory-bound")
     elif verdict.get("rank") is not None and kind in ("host-bound", "imbalanced"):
         words = f"{kind} on rank {verdict['rank']}"
     return words + (", not steady" if ev.get("steady") is False else "")
