@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     src = pl.add_mutually_exclusive_group(required=True)
     src.add_argument("--summary", metavar="JSON", help="a trace summary (summary.json): its verdict's next_tests")
     src.add_argument("--summary-under", metavar="DIR", help="the newest summary.json under DIR (a host's artifacts)")
-    src.add_argument("--plan", metavar="JSON", help="a plan file as JSON: {tests: [...]} or {variants, sweeps}")
+    src.add_argument("--plan", metavar="JSON", help="a plan file as JSON: {tests: [...]} or {variants, sweeps}; "
+                     "- reads it from stdin")
     pl.add_argument("--unit", required=True, metavar="JSON",
                     help='the normal service\'s settings, {"environment": {...}, "extra_args": [...]}')
     pl.add_argument("--max-loads", required=True, type=int, help="variants loaded at most (vllm_tune_max_loads)")
@@ -83,8 +84,12 @@ def do_plan(args: argparse.Namespace) -> str:
     spec = _json_arg(args.speculative_config, "--speculative-config")
     origin: dict = {}
     if args.plan:
-        source = read_json(args.plan, "plan file", TuneInputError)
-        origin = {"kind": "file", "path": args.plan, "words": f"the plan file {args.plan}"}
+        if args.plan == "-":
+            source = _json_arg(sys.stdin.read(), "the plan on stdin")
+        else:
+            source = read_json(args.plan, "plan file", TuneInputError)
+        where = "the plan file" if args.plan == "-" else f"the plan file {args.plan}"
+        origin = {"kind": "file", "path": None if args.plan == "-" else args.plan, "words": where}
     else:
         path = args.summary or find_newest(args.summary_under, "summary.json")
         if path is None:

@@ -43,6 +43,7 @@ from ..artifacts import find_newest
 from ..cliutil import read_json
 from ..experiment import ExperimentInputError, expand
 from ..experiment.settings import settings_text
+from ..traces.experiments import TESTS
 from ..validate import variant_errors
 from .errors import TuneInputError
 
@@ -94,8 +95,14 @@ def _tests(source: object, where: str) -> list[dict]:
         expected = t.get("expected_ms")
         if expected is not None and (isinstance(expected, bool) or not isinstance(expected, (int, float))):
             raise TuneInputError(f"{where}: tests[{i}].expected_ms must be a number of milliseconds or null")
+        sweeps = list(t.get("sweeps") or [])
+        # JSON files sort their keys (summary.json, plan.json): a sweep of the catalogue, unchanged, takes its
+        # axes in the catalogue's order again, so that its variants keep their names and order wherever it came from
+        known = TESTS.get(t.get("test")) if isinstance(t.get("test"), str) else None
+        if known and sweeps == known["sweeps"]:
+            sweeps = [dict(sw) for sw in known["sweeps"]]
         out.append({"text": str(t.get("text") or f"test {i + 1}"), "test": t.get("test"),
-                    "variants": list(t.get("variants") or []), "sweeps": list(t.get("sweeps") or []),
+                    "variants": list(t.get("variants") or []), "sweeps": sweeps,
                     "ledger_part": t.get("ledger_part"), "expected_ms": expected})
     return out
 
@@ -151,6 +158,9 @@ def build_plan(source: object, *, unit_environment: Mapping, unit_args: Sequence
     return {
         "schema": SCHEMA, "origin": dict(origin or {}), "tests": tests, "candidates": candidates, "dropped": dropped,
         "manual": manual, "prescreen": [c["name"] for c in candidates if c["prescreen"]], "unscreened": unscreened,
+        # allreduce_bench_variants of the pre-screen: the candidates' environments laid over the unit's
+        "prescreen_variants": [{"name": c["name"], "environment": c["environment"]} for c in candidates
+                               if c["prescreen"]],
         "budget": {"max_loads": max_loads, "loads_min": loads_min, "loads_max": max(loads_min, loads_max),
                    "over": over,
                    "message": (f"the plan needs at least {loads_min} variant load(s) ({', '.join(unscreened)}: "

@@ -73,8 +73,8 @@ def screen(plan: Mapping, floors: Mapping[str, object], failed: Mapping[str, str
             unit_row = size
             for c in pre:
                 if c["name"] in failed or c["name"] not in floors:
-                    screened.append({"name": c["name"], "state": "failed", "ratio": None,
-                                     "why": failed.get(c["name"]) or "no result was fetched"})
+                    why = failed.get(c["name"]) or "its run failed (allreduce/allreduce.md says why)"
+                    screened.append({"name": c["name"], "state": "failed", "ratio": None, "why": why})
                     continue
                 row = next((r for r in load_floor(floors[c["name"]])["sizes"] if r["bytes"] == size["bytes"]), None)
                 if row is None:

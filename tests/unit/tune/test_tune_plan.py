@@ -125,3 +125,23 @@ def test_next_experiments_that_are_no_variant_are_named_as_left_to_the_user():
     plan = _plan([data_form("check the clocks", None)])
     assert plan["candidates"] == [] and plan["manual"] == ["check the clocks"]
     assert "nothing to load" in plan_words(plan, cost(plan, 0, {"seconds": 5.0, "source": "s"}))
+
+
+def test_a_catalogue_sweep_keeps_its_order_when_it_comes_from_a_json_file_with_sorted_keys():
+    sorted_copy = json.loads(json.dumps(COMM_NEXT, sort_keys=True))
+    assert next(iter(sorted_copy[0]["sweeps"][0]["environment"])) == "NCCL_MAX_NCHANNELS"  # as summary.json has it
+    names = [c["name"] for c in _plan(COMM_NEXT)["candidates"]]
+    assert [c["name"] for c in _plan(sorted_copy)["candidates"]] == names
+
+
+@pytest.mark.parametrize("name", ["nccl-sweep.yml", "host-side.yml"])
+def test_the_example_plan_files_plan(name):
+    import yaml
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[3]
+    plan = _plan(yaml.safe_load((root / "examples" / "tune" / name).read_text()))
+    assert not plan["budget"]["over"] and plan["candidates"]
+    if name == "nccl-sweep.yml":
+        assert plan["prescreen"] == [c["name"] for c in _plan(COMM_NEXT)["candidates"] if c["prescreen"]]
+    else:
+        assert plan["unscreened"] == ["cuda-graphs", "async-scheduling"]
