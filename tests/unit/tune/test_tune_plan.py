@@ -11,7 +11,7 @@ from vllm_ops.traces.experiments import data_form
 from vllm_ops.tune import TuneInputError, build_plan, last_load
 from vllm_ops.tune.plan import cost, plan_words, prescreen_why
 
-from conftest import COMM_NEXT, HOST_NEXT, UNIT
+from tune_helpers import COMM_NEXT, HOST_NEXT, UNIT
 
 
 def _plan(source, max_loads=2, **kw):

@@ -8,7 +8,7 @@ import pytest
 from vllm_ops.tune import TuneInputError, build_plan, screen
 from vllm_ops.tune.prescreen import screen_words
 
-from conftest import COMM_NEXT, UNIT, floor
+from tune_helpers import COMM_NEXT, UNIT, floor
 
 LL = "nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS={}"
 LL128 = "nccl:NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS={}"

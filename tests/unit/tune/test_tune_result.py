@@ -11,7 +11,7 @@ import yaml
 
 from vllm_ops.tune.cli import main
 
-from conftest import COMM_NEXT, HOST_NEXT, UNIT, floor, summary, write_experiment
+from tune_helpers import COMM_NEXT, HOST_NEXT, UNIT, floor, summary, write_experiment
 
 LL128_16, LL128_8 = "nccl:NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS=16", "nccl:NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS=8"
 FLOORS = {"unit": 100.0, "nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS=8": 130.0,
