@@ -1,7 +1,10 @@
 """The verdict: what bounds the steady decode step, with the numbers that say so, and what to try next.
 
 A verdict is data: ``{kind, rank, evidence: {figure: value, ...}, thresholds: {...},
-reason, next: [experiment, ...]}``, rendered to words at the edge (:func:`describe`).
+reason, next: [experiment, ...], next_tests: [...]}``, rendered to words at the edge
+(:func:`describe`). ``next_tests[i]`` is the data form of ``next[i]``: the variants or sweeps that
+test it, in the experiment's own format (:mod:`.experiments`), or ``test: null`` for one that is
+no server variant (a check by hand, a fetch, another profile).
 Rules, tried in this order (thresholds are the constants below and :mod:`.pace`'s; shares are
 of the rank's mean steady period):
 
@@ -71,6 +74,7 @@ from collections.abc import Mapping
 from .. import fabric as fabric_mod
 from ..allreduce.floor import ABOVE_FLOOR, AT_FLOOR
 from ..ledger import MEMORY_BOUND_FACTOR
+from . import experiments
 from . import pace as pace_rules
 
 MIN_STEADY_STEPS = 2
@@ -94,7 +98,7 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
     pace (:func:`.summary` gives ``{limit, bound, ..., ranks: {rank: pace}}``), the group's
     coverage, and the decode ledger of the steady step and the PCIe findings where given."""
     base = {"kind": "inconclusive", "rank": None, "category": None, "evidence": {}, "thresholds": dict(THRESHOLDS),
-            "reason": None, "next": []}
+            "reason": None, "next": [], "next_tests": []}
     usable = {r: d for r, d in decomposition.items() if d and d.get("period_ms")}
     if missing:
         base["reason"] = missing
@@ -108,6 +112,7 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         base["next"] = list(missing_next) if missing and missing_next else [
             "profile again with more decode steps (more output tokens per request)" if not withheld else
             "profile again over more steps"]
+        base["next_tests"] = [experiments.data_form(text, None) for text in base["next"]]
         return base
     pace = pace or {}
     paces = pace.get("ranks") or {}
@@ -174,9 +179,13 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         out.update(kind="compute-bound", rank=int(candidate), category=top)
     if withheld:
         out["evidence"]["figures_say"] = describe(out)
-        out.update(kind="inconclusive", rank=None, category=None, reason=withheld, next=[])
+        out.update(kind="inconclusive", rank=None, category=None, reason=withheld, next=[], next_tests=[])
         return out
-    out["next"] = _link_first(out, fabric or []) + advise(out, context) + _lever_steps(led)
+    pairs = ([(text, None) for text in _link_first(out, fabric or [])] + _advice(out, context)
+             + _lever_steps(led, (context.get("engine") or "vllm") == "vllm"))
+    out["next"] = [text for text, _ in pairs]
+    out["next_tests"] = experiments.with_ledger([experiments.data_form(text, test) for text, test in pairs], led,
+                                                out.get("rank"))
     return out
 
 
@@ -209,11 +218,14 @@ def _link_first(verdict: Mapping, fabric: list[Mapping]) -> list[str]:
     return []
 
 
-def _lever_steps(led: Mapping | None) -> list[str]:
-    """The ledger's levers as experiments, largest first, each with the milliseconds it could recover."""
+def _lever_steps(led: Mapping | None, vllm: bool = True) -> list[tuple[str, str | None]]:
+    """The ledger's levers as experiments, largest first, each with the milliseconds it could recover,
+    and the test of :data:`.experiments.TESTS` that goes after the lever's part (None where none does,
+    or for another engine's trace)."""
     if led is None:
         return []
-    return [f"{lv['lever']}: {lv['recoverable_ms']:.2f} ms a step above its floor; {lv['next'][0]}"
+    return [(f"{lv['lever']}: {lv['recoverable_ms']:.2f} ms a step above its floor; {lv['next'][0]}",
+             experiments.test_for_part(lv.get("part")) if vllm else None)
             for lv in led.get("levers") or [] if lv.get("next")]
 
 
@@ -238,58 +250,73 @@ def _partial(out: dict, coverage: Mapping, paces: Mapping, context: Mapping) -> 
                        "may limit the run"),
                next=[f"fetch the missing ranks' traces ({fetch}) from the host, beside these, and summarize every "
                      "rank together (vllm-trace-summary DIR)"])
+    out["next_tests"] = [experiments.data_form(text, None) for text in out["next"]]
     return out
 
 
 def advise(verdict: Mapping, context: Mapping) -> list[str]:
     """The one or two experiments most likely to help, for this verdict on this hardware."""
+    return [text for text, _ in _advice(verdict, context)]
+
+
+def _advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
+    """:func:`advise`'s experiments, each with the name of the test that runs it
+    (:data:`.experiments.TESTS`), or None for one that is no server variant."""
     kind = verdict["kind"]
     link = context.get("interconnect")
     tp = context.get("tensor_parallel_size")
     rank = verdict.get("rank")
+    # The tests are vLLM's arguments and environment: none for another engine's trace.
+    vllm = (context.get("engine") or "vllm") == "vllm"
+
+    def t(name: str) -> str | None:
+        return name if vllm else None
+
     if kind == "host-bound":
         return _host_advice(verdict, context)
     if kind == "imbalanced":
-        return [f"check rank {rank}'s GPU: clocks and throttling (nvidia-smi -q -d PERFORMANCE,CLOCK), its PCIe "
-                "link width and speed, and its position in the topology",
-                f"profile again to see whether rank {rank} is always the late one"]
+        return [(f"check rank {rank}'s GPU: clocks and throttling (nvidia-smi -q -d PERFORMANCE,CLOCK), its PCIe "
+                 "link width and speed, and its position in the topology", None),
+                (f"profile again to see whether rank {rank} is always the late one", None)]
     if kind == "memory-bound":
         share = (verdict.get("evidence") or {}).get("hbm_share")
-        return [f"the GEMMs read their weights at {100 * share:.0f}% of HBM bandwidth, so only fewer bytes per "
-                "token make them faster: more tokens per step for the same weights (more concurrency, speculative "
-                "decoding)",
-                "fewer bytes per weight: a lower-precision checkpoint (FP8, or INT4 with its kernels compared), or "
-                "more ranks per instance (each reads less, for more all-reduce)"]
+        return [(f"the GEMMs read their weights at {100 * share:.0f}% of HBM bandwidth, so only fewer bytes per "
+                 "token make them faster: more tokens per step for the same weights (more concurrency, speculative "
+                 "decoding)", t("speculative")),
+                ("fewer bytes per weight: a lower-precision checkpoint (FP8, or INT4 with its kernels compared), or "
+                 "more ranks per instance (each reads less, for more all-reduce)", None)]
     ratio = (verdict.get("evidence") or {}).get("allreduce_floor_ratio")
     if kind == "communication-bound" and ratio is not None and ratio <= AT_FLOOR:
-        return [f"all-reduce already runs at the host's measured floor ({ratio:.2f}x): no NCCL setting will help; "
-                "fewer or larger collectives (speculative decoding, more requests per step)",
-                "fewer ranks per instance (a smaller TP group, replicas for throughput)"]
+        return [(f"all-reduce already runs at the host's measured floor ({ratio:.2f}x): no NCCL setting will help; "
+                 "fewer or larger collectives (speculative decoding, more requests per step)", t("speculative")),
+                ("fewer ranks per instance (a smaller TP group, replicas for throughput)", None)]
     if kind == "communication-bound":
         if ratio is not None and ratio >= ABOVE_FLOOR:
-            return [f"all-reduce runs {ratio:.1f}x above the host's measured floor: an NCCL sweep (NCCL_PROTO, "
-                    "NCCL_ALGO, NCCL_MAX_NCHANNELS) can close the gap; pre-screen it with allreduce_bench",
-                    "speculative decoding: fewer decode steps per output token"]
+            return [(f"all-reduce runs {ratio:.1f}x above the host's measured floor: an NCCL sweep "
+                     f"({experiments.sweep_words()}) can close the gap; pre-screen it with allreduce_bench",
+                     t("nccl-sweep")),
+                    ("speculative decoding: fewer decode steps per output token", t("speculative"))]
         if link == "nvlink":
-            return ["keep vLLM's custom / FlashInfer all-reduce on (not --disable-custom-all-reduce) and compare "
-                    "with NCCL symmetric memory", "speculative decoding: fewer decode steps per output token"]
+            return [("keep vLLM's custom / FlashInfer all-reduce on (not --disable-custom-all-reduce) and compare "
+                     "with NCCL symmetric memory", t("allreduce-paths")),
+                    ("speculative decoding: fewer decode steps per output token", t("speculative"))]
         where = "on PCIe" if link == "pcie" else "(interconnect unknown: record nvidia-smi topo -m)"
         smaller = f" (TP {tp // 2} x 2 replicas)" if isinstance(tp, int) and tp >= 4 else ""
-        return [f"an NCCL sweep {where}: NCCL_PROTO LL / LL128 / Simple x NCCL_ALGO Ring / Tree, against the "
-                "measured all-reduce floor", f"speculative decoding (fewer steps per token), or a smaller TP "
-                f"group{smaller}"]
+        return [(f"an NCCL sweep {where}: {experiments.sweep_words()}, pre-screened against the measured "
+                 "all-reduce floor", t("nccl-sweep")),
+                (f"speculative decoding (fewer steps per token), or a smaller TP group{smaller}", t("speculative"))]
     if kind == "compute-bound":
         cat = verdict.get("category")
         hints = {
-            "moe_gemm": "MoE kernels: compare the MoE backend (Marlin W4A16 and the alternatives) and expert "
-                        "parallelism",
-            "gemm": "dense GEMMs: a larger batch (more concurrency per step) amortizes them; check the "
-                    "quantized kernels chosen",
-            "attention": "attention: compare attention backends and the KV-cache dtype",
+            "moe_gemm": ("MoE kernels: compare the MoE backend (Marlin W4A16 and the alternatives) and expert "
+                         "parallelism", None),
+            "gemm": ("dense GEMMs: a larger batch (more concurrency per step) amortizes them; check the "
+                     "quantized kernels chosen", t("max-num-seqs")),
+            "attention": ("attention: compare attention backends and the KV-cache dtype", None),
         }
-        return [hints.get(cat, f"the {cat} kernels take most of the step: look at the top kernels"),
-                "speculative decoding: more tokens per step for the same weights read"]
-    return ["profile again with more decode steps and GPU activities recorded"]
+        return [hints.get(cat, (f"the {cat} kernels take most of the step: look at the top kernels", None)),
+                ("speculative decoding: more tokens per step for the same weights read", t("speculative"))]
+    return [("profile again with more decode steps and GPU activities recorded", None)]
 
 
 ENGINE_GRAPHS = {"vllm": "drop --enforce-eager, and make the capture sizes cover the batch size",
@@ -298,7 +325,7 @@ ENGINE_OVERLAP = {"vllm": "vLLM's --async-scheduling",
                   "sglang": "SGLang's overlap scheduler (do not pass --disable-overlap-schedule)"}
 
 
-def _host_advice(verdict: Mapping, context: Mapping) -> list[str]:
+def _host_advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
     """Host-bound: the slow rank's host first when it is slower than the others', then graphs
     (when the steps launched none) or overlapping the host's work with the GPU's."""
     rank = verdict.get("rank")
@@ -307,6 +334,7 @@ def _host_advice(verdict: Mapping, context: Mapping) -> list[str]:
     mine, others = hosts.get(str(rank)), [v for r, v in hosts.items() if r != str(rank)]
     slower = mine is not None and others and mine > max(others) * (1 + pace_rules.TIE_REL)
     engine = context.get("engine") or "vllm"
+    graphs_test, overlap_test = ("cuda-graphs", "async-scheduling") if engine == "vllm" else (None, None)
     graphs = f"{'HIP' if context.get('api') == 'HIP' else 'CUDA'} graphs"
     graph_advice = (f"turn {graphs} on (the steps launched no graph: "
                     f"{ENGINE_GRAPHS.get(engine, 'capture the step in a graph')})")
@@ -315,11 +343,13 @@ def _host_advice(verdict: Mapping, context: Mapping) -> list[str]:
                   + (f" ({mine:.1f} ms a step; the other ranks' {max(others):.1f} ms at most)" if slower else "")
                   + ": CPU contention and affinity of its worker (other processes, NUMA placement; pin the workers)")
     if slower:
-        return [contention, graph_advice if context.get("cuda_graphs") is False else f"then {overlap}"]
+        return [(contention, None), (graph_advice, graphs_test) if context.get("cuda_graphs") is False
+                else (f"then {overlap}", overlap_test)]
     if context.get("cuda_graphs") is False:
-        return [graph_advice, f"if the host is not contended: {overlap}, to overlap scheduling with the GPU"]
-    return [f"{contention}, then {overlap}",
-            "compare with a run on an idle host, to tell contention from the engine's own per-step CPU time"]
+        return [(graph_advice, graphs_test),
+                (f"if the host is not contended: {overlap}, to overlap scheduling with the GPU", overlap_test)]
+    return [(f"{contention}, then {overlap}", overlap_test),
+            ("compare with a run on an idle host, to tell contention from the engine's own per-step CPU time", None)]
 
 
 def describe(verdict: Mapping) -> str:
