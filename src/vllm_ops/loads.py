@@ -363,7 +363,8 @@ def against_disk(load, disk):
     return {"bound": bound, "evidence": evidence, "why": None}
 
 
-def _secs(seconds):
+def seconds_words(seconds):
+    """Seconds in words for a load: ``40.0 s``, ``29.0 min`` (from 90 s on); ``-`` for None."""
     if seconds is None:
         return "-"
     if seconds >= 90:
@@ -382,9 +383,9 @@ def phase_words(entry, notes=()):
     if entry.get("includes"):
         notes.append("with " + ", ".join(_WORDS[n] for n in entry["includes"]) + ": not logged apart")
     if entry["seconds"] is not None:
-        text = f"{name} {_secs(entry['seconds'])}"
+        text = f"{name} {seconds_words(entry['seconds'])}"
     elif entry.get("stated_s") is not None:
-        text = f"{name} {_secs(entry['stated_s'])}"
+        text = f"{name} {seconds_words(entry['stated_s'])}"
         notes.insert(0, "vLLM's figure")
     else:
         return f"{name} not measured"
@@ -396,7 +397,8 @@ def load_words(load):
     if not load:
         return "no load recorded"
     if load.get("ready"):
-        head = f"ready in {_secs(load['total_s'])}" if load.get("total_s") is not None else "ready (total not measured)"
+        total = load.get("total_s")
+        head = f"ready in {seconds_words(total)}" if total is not None else "ready (total not measured)"
     else:
         head = f"did not get ready (stopped in {_WORDS.get(load.get('failed_in'), 'an unknown phase')})"
     parts = []

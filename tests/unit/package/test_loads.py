@@ -128,11 +128,11 @@ def test_without_timestamps_only_the_stated_figures_remain():
 
 
 def test_the_compile_cache_read_back_and_turned_off():
-    hit = GPU + [(1180.0, "(Worker_TP0 pid=3) INFO [backends.py:295] Directly load the compiled graph(s) for compile "
-                          "range (1, 8192) from the cache, took 1.203 s")]
+    hit = [*GPU, (1180.0, "(Worker_TP0 pid=3) INFO [backends.py:295] Directly load the compiled graph(s) for "
+                          "compile range (1, 8192) from the cache, took 1.203 s")]
     assert loads.parse_load(hit, t0=T0)["compile"]["cache"] == "hit"
-    off = [(t, x) for t, x in GPU if "Compiling a graph" not in x] + [
-        (1176.5, "(Worker_TP0 pid=3) INFO [backends.py:1102] vLLM's torch.compile cache is disabled.")]
+    off = [*[(t, x) for t, x in GPU if "Compiling a graph" not in x],
+           (1176.5, "(Worker_TP0 pid=3) INFO [backends.py:1102] vLLM's torch.compile cache is disabled.")]
     assert loads.parse_load(off, t0=T0)["compile"]["cache"] == "disabled"
 
 

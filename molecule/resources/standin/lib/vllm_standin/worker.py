@@ -40,7 +40,6 @@ from vllm_standin.traces import (
     write_trace_file,
 )
 
-
 SHARES = {"shards": 0.85, "post_load": 0.02, "compile": 0.06, "compile_cached": 0.01, "profile_run": 0.01,
           "kv_cache": 0.01, "cuda_graphs": 0.03, "engine_rest": 0.02}
 COMPILE_RANGE = "(1, 8192)"
