@@ -65,11 +65,6 @@ def sweep_words(sweep: Mapping = NCCL_SWEEP) -> str:
     return " x ".join(f"{k} {' / '.join(str(x) for x in v)}" for k, v in axes)
 
 
-def test_for_part(part: str | None) -> str | None:
-    """The first test (in :data:`TESTS`' order) that goes after the decode ledger's ``part``, or None."""
-    return next((name for name, spec in TESTS.items() if part is not None and spec["ledger_part"] == part), None)
-
-
 def data_form(text: str, test: str | None) -> dict:
     """The data form of one next experiment (see the module's docstring); a copy, so that a
     caller may change it."""

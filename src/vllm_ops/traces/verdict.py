@@ -181,8 +181,13 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         out["evidence"]["figures_say"] = describe(out)
         out.update(kind="inconclusive", rank=None, category=None, reason=withheld, next=[], next_tests=[])
         return out
+    # The levers say where the step is above its floor; the advice is what the tune runs, each of its
+    # tests with the milliseconds the ledger finds above the floor of its part (with_ledger).
+    # The advice is what a tune runs, each test with the milliseconds the ledger finds above the floor
+    # of its part (with_ledger); the link's check and the levers (where the step is above its floor)
+    # are for the reader.
     pairs = ([(text, None) for text in _link_first(out, fabric or [])] + _advice(out, context)
-             + _lever_steps(led, (context.get("engine") or "vllm") == "vllm"))
+             + [(text, None) for text in _lever_steps(led)])
     out["next"] = [text for text, _ in pairs]
     out["next_tests"] = experiments.with_ledger([experiments.data_form(text, test) for text, test in pairs], led,
                                                 out.get("rank"))
@@ -218,14 +223,11 @@ def _link_first(verdict: Mapping, fabric: list[Mapping]) -> list[str]:
     return []
 
 
-def _lever_steps(led: Mapping | None, vllm: bool = True) -> list[tuple[str, str | None]]:
-    """The ledger's levers as experiments, largest first, each with the milliseconds it could recover,
-    and the test of :data:`.experiments.TESTS` that goes after the lever's part (None where none does,
-    or for another engine's trace)."""
+def _lever_steps(led: Mapping | None) -> list[str]:
+    """The ledger's levers as experiments, largest first, each with the milliseconds it could recover."""
     if led is None:
         return []
-    return [(f"{lv['lever']}: {lv['recoverable_ms']:.2f} ms a step above its floor; {lv['next'][0]}",
-             experiments.test_for_part(lv.get("part")) if vllm else None)
+    return [f"{lv['lever']}: {lv['recoverable_ms']:.2f} ms a step above its floor; {lv['next'][0]}"
             for lv in led.get("levers") or [] if lv.get("next")]
 
 
