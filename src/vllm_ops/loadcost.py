@@ -19,6 +19,10 @@ Definitions:
 - **expected downtime** (:func:`expected`): loads x the host's last measured load.
 - **the summary** (:func:`summary`): each load with its phases in words and set against the disk's floor
   (:func:`vllm_ops.loads.against_disk`), for the reports' tables; ``ready_s`` the loads' total times.
+  :func:`read_job` is the summary of a job's directory (its ``job.json``), null without one.
+- **a variant's time to ready** (:func:`time_to_ready`): ``total_s`` of the *last* load of that variant
+  in the job (null: the normal service's), so an experiment compares its variants' loads (a load format,
+  the compile cache) as it compares their benchmarks; null when the job recorded no such load.
 
 ``vllm-load-report expect --loads N --under DIR`` prints :func:`expected` as JSON (the skeleton's check mode
 and plan); ``vllm-load-report show DIR`` prints a job's loads in words.
@@ -39,7 +43,7 @@ from .artifacts import JOB_JSON, find_newest
 from .cliutil import read_json, run_command
 from .errors import VllmOpsError
 
-__all__ = ["LoadInputError", "expected", "job_loads", "last_load", "main", "summary"]
+__all__ = ["LoadInputError", "expected", "job_loads", "last_load", "main", "read_job", "summary", "time_to_ready"]
 
 PROG = "vllm-load-report"
 TUNE_JSON = "tune.json"
@@ -141,6 +145,30 @@ def summary(items: list[Mapping], disk: Mapping | None) -> dict:
     ready = _ready_seconds(items)
     return {"count": len(items), "ready_s": ready, "disk": dict(disk) if disk else None,
             "disk_words": L.disk_words(disk), "loads": out, "clause": _clause(out, ready, disk)}
+
+
+def read_job(directory: str | os.PathLike) -> dict | None:
+    """:func:`summary` of ``DIR/job.json``'s loads and disk floor; None when the directory has no job.json (a
+    profiled variant reported while its experiment goes on)."""
+    path = Path(directory) / JOB_JSON
+    if not path.exists():
+        return None
+    record = read_json(path, "job record", LoadInputError)
+    disk = record.get("disk")
+    if disk is not None and not isinstance(disk, Mapping):
+        raise LoadInputError(f"{path}: 'disk' must be the vllm_disk role's record (an object) or null")
+    return summary(job_loads(record, str(path)), disk)
+
+
+def time_to_ready(loads_summary: Mapping | None, variant: str | None) -> dict | None:
+    """The last load of ``variant`` (None: the normal service) in a :func:`summary`: ``{n, ready, total_s, words,
+    against_words}``; None when the job recorded none."""
+    found = [x for x in (loads_summary or {}).get("loads") or [] if x.get("variant") == variant]
+    if not found:
+        return None
+    x = found[-1]
+    return {"n": x["n"], "ready": x["ready"], "total_s": x["total_s"], "words": x["words"],
+            "against_words": x["against_words"]}
 
 
 def _clause(out: list[dict], ready: list[float], disk: Mapping | None) -> str | None:
