@@ -20,6 +20,9 @@ Definitions:
 - **the summary** (:func:`summary`): each load with its phases in words and set against the disk's floor
   (:func:`vllm_ops.loads.against_disk`), for the reports' tables; ``ready_s`` the loads' total times.
   :func:`read_job` is the summary of a job's directory (its ``job.json``), null without one.
+- **the history's figures** (:func:`history_figures`): ``loads`` (how many the job caused), ``load_ready_s``
+  (the median ``total_s`` of those that got ready), ``load_weights_gbps`` (the median weights rate of those),
+  ``disk_gbps`` (the disk's floor); each null when not measured.
 - **a variant's time to ready** (:func:`time_to_ready`): ``total_s`` of the *last* load of that variant
   in the job (null: the normal service's), so an experiment compares its variants' loads (a load format,
   the compile cache) as it compares their benchmarks; null when the job recorded no such load.
@@ -43,7 +46,8 @@ from .artifacts import JOB_JSON, find_newest
 from .cliutil import read_json, run_command
 from .errors import VllmOpsError
 
-__all__ = ["LoadInputError", "expected", "job_loads", "last_load", "main", "read_job", "summary", "time_to_ready"]
+__all__ = ["LoadInputError", "expected", "history_figures", "job_loads", "last_load", "main", "read_job",
+           "summary", "time_to_ready"]
 
 PROG = "vllm-load-report"
 TUNE_JSON = "tune.json"
@@ -158,6 +162,20 @@ def read_job(directory: str | os.PathLike) -> dict | None:
     if disk is not None and not isinstance(disk, Mapping):
         raise LoadInputError(f"{path}: 'disk' must be the vllm_disk role's record (an object) or null")
     return summary(job_loads(record, str(path)), disk)
+
+
+def history_figures(loads_summary: Mapping | None) -> dict:
+    """``{loads, load_ready_s, load_weights_gbps, disk_gbps}`` of a :func:`summary` (the module's docstring);
+    all null without one (no job.json)."""
+    if not loads_summary:
+        return {"loads": None, "load_ready_s": None, "load_weights_gbps": None, "disk_gbps": None}
+    ready = loads_summary.get("ready_s") or []
+    rates = [x["weights"]["gbps"] for x in loads_summary.get("loads") or []
+             if x.get("ready") and isinstance((x.get("weights") or {}).get("gbps"), (int, float))]
+    return {"loads": loads_summary.get("count"),
+            "load_ready_s": round(statistics.median(ready), 1) if ready else None,
+            "load_weights_gbps": round(statistics.median(rates), 3) if rates else None,
+            "disk_gbps": (loads_summary.get("disk") or {}).get("gbps")}
 
 
 def time_to_ready(loads_summary: Mapping | None, variant: str | None) -> dict | None:
