@@ -120,6 +120,7 @@ class Sandbox:
             "VLLM_STANDIN_FAULT_DIR": str(self.faults),
             "VLLM_STANDIN_TRACE_TEMPLATES": str(root / "no-templates"),
             "VLLM_STANDIN_CONFIG": str(root / "standin.env"),
+            "VLLM_CACHE_ROOT": str(root / "vllm-cache"),  # the compile cache, out of the runner's home
             "GPU_SIM_CLAIM_DIR": str(self.claims),
             "GPU_SIM_DEVICE_GLOB": str(self.dev / "nvidia[0-9]*"),
         }

@@ -2,7 +2,8 @@
 
 A module cannot print while it runs, and a 30-minute model load must not be
 silent, so this plugin runs the module one window at a time and prints the
-loading progress between windows.
+loading progress between windows, and the load's phases once it ends (with
+record_load).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import time
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -17,7 +19,8 @@ display = Display()
 
 
 class ActionModule(ActionBase):
-    _VALID_ARGS = frozenset(("unit", "url", "timeout_s", "poll_interval_s", "progress_interval_s", "request_timeout_s"))
+    _VALID_ARGS = frozenset(("unit", "url", "timeout_s", "poll_interval_s", "progress_interval_s", "request_timeout_s",
+                             "record_load", "model_path"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -43,13 +46,18 @@ class ActionModule(ActionBase):
                 "poll_interval_s": poll_s,
                 "invocation_id": invocation,
             }
-            if "request_timeout_s" in args:
-                module_args["request_timeout_s"] = args["request_timeout_s"]
+            for key in ("request_timeout_s", "record_load", "model_path"):
+                if key in args:
+                    module_args[key] = args[key]
+            if boolean(module_args.get("record_load", False), strict=False):
+                module_args["last_window"] = elapsed + window >= timeout_s
             answer = self._execute_module(
                 module_name="vllm_wait_healthy", module_args=module_args, task_vars=task_vars
             )
             elapsed = time.monotonic() - started
             answer["elapsed_s"] = round(elapsed, 1)
+            if answer.get("load_words"):
+                display.display(f"{host}: {unit} load: {answer['load_words']}", color="cyan")
             if answer.get("failed") or answer.get("healthy"):
                 result.update(answer)
                 result["changed"] = False

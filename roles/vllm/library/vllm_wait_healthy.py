@@ -14,6 +14,9 @@ description:
     restarted or was restarted since O(invocation_id), or when C(/health) answers 503 (vLLM's
     engine died; the server then exits 0).
   - Otherwise returns C(healthy=false) with the weight-loading progress read from the journal.
+  - With O(record_load), the load's record once it ended (healthy, or failed) - its phases read from vLLM's own
+    lines in the unit's journal (C(module_utils/vllm_ops_loads.py), a link to the package's
+    C(src/vllm_ops/loads.py), which defines every figure), timed from the unit's start.
   - The role's action plugin of the same name calls this module window after window, printing
     progress between windows, until O(timeout_s) runs out.
 options:
@@ -48,6 +51,19 @@ options:
   progress_interval_s:
     description: Seconds between progress lines (action plugin only).
     type: int
+  record_load:
+    description: Return the load's record (RV(load)) when the wait ends; the role asks for it after a start.
+    type: bool
+    default: false
+  last_window:
+    description: This window is the wait's last (the action plugin says so); with O(record_load) the load is
+      recorded at its end even when the server is not healthy yet (the wait then fails on its timeout).
+    type: bool
+    default: false
+  model_path:
+    description: The model directory; its weight files' sizes are the load's bytes. Empty - vLLM's own figure.
+    type: str
+    default: ""
 author: vllm-ops
 """
 
@@ -84,6 +100,21 @@ progress:
   description: One line for an operator, e.g. C(24/64 shards loaded (38%)).
   type: str
   returned: always
+load:
+  description:
+    - The load's record (with O(record_load), once the wait ended, on failure too) - C(ready), C(total_s) (the
+      unit's start to C(Application startup complete.)), C(failed_in), C(phases) (each C({name, seconds,
+      stated_s, status, includes, why}), in load order - start, weights, post_load, compile, kv_cache,
+      cuda_graphs, engine_init, api_start), C(weights) (C(bytes), C(seconds), C(gbps), C(shards), C(loader)),
+      C(compile) (C(cache) hit, miss or disabled), C(kv_cache), C(cuda_graphs), C(stated) (the durations vLLM
+      states), C(vllm_version), C(load_format), and C(unit), C(invocation_id), C(started_at), C(healthy_s) (the
+      start to the first 200 this wait saw). A phase vLLM logged no line for is not measured, never estimated.
+  type: dict
+  returned: when O(record_load)
+load_words:
+  description: The load in one line, e.g. C(ready in 31.6 min - start 40.0 s, weights 29.0 min (540.0 GB at 0.31 GB/s)).
+  type: str
+  returned: when O(record_load)
 journal_tail:
   description: The unit's last journal lines (on failure).
   type: list
@@ -91,15 +122,20 @@ journal_tail:
   returned: on failure
 """
 
-import re
+import json
+import os
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime, timezone
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.vllm_ops_loads import load_words, parse_load, progress, weight_files
 
-SHARD_LINE = re.compile(r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \|\s*(\d+)/(\d+)")
-PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "InvocationID", "MainPID", "ExecMainStatus")
+PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "InvocationID", "MainPID", "ExecMainStatus",
+              "ExecMainStartTimestampMonotonic")
+# The journal of one start, read whole for its load record: a load logs a few hundred lines.
+LOAD_JOURNAL_LINES = 20000
 
 
 def parse_properties(text):
@@ -129,26 +165,62 @@ def unit_problem(props, invocation_id):
 
 
 def shard_progress(lines):
-    """Summarize the load from journal lines (oldest first)."""
-    loaded = total = None
-    phase = None
-    for line in lines:
-        for part in line.split("\r"):
-            match = SHARD_LINE.search(part)
-            if match:
-                loaded, total = int(match.group(2)), int(match.group(3))
-                phase = None
-        if "Application startup complete." in line:
-            phase = "application startup complete"
-        elif "Model loading took" in line or "init engine" in line:
-            phase = "weights loaded; initialising the engine (KV cache, warm-up)"
-    if phase:
-        text = phase if loaded is None else "%d/%d shards loaded; %s" % (loaded, total, phase)
-    elif loaded is None:
-        text = "no shard progress logged yet"
-    else:
-        text = "%d/%d shards loaded (%d%%)" % (loaded, total, 100 * loaded // max(total, 1))
-    return loaded, total, text
+    """Summarize the load from journal lines (oldest first): ``(loaded, total, text)``."""
+    return progress(lines)
+
+
+def journal_entries(text):
+    """``journalctl -o json`` lines -> ``[(monotonic s, realtime s, message)]``; a message journald keeps as
+    bytes (tqdm's carriage returns) is decoded."""
+    out = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        message = entry.get("MESSAGE")
+        if isinstance(message, list):
+            message = bytes(b & 0xFF for b in message if isinstance(b, int)).decode("utf-8", "replace")
+        if not isinstance(message, str):
+            continue
+        try:
+            mono, real = int(entry["__MONOTONIC_TIMESTAMP"]) / 1e6, int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+        except (KeyError, ValueError):
+            mono = real = None
+        out.append((mono, real, message))
+    return out
+
+
+def weight_bytes(model_path):
+    """``(bytes, source)`` of the model's weight files (what a load reads), or (None, None)."""
+    files = weight_files(model_path)
+    try:
+        return (sum(os.path.getsize(f) for f in files), "the %d weight file(s) in %s" % (len(files), model_path)) \
+            if files else (None, None)
+    except OSError:
+        return None, None
+
+
+def load_record(entries, props, model_path, unit, invocation, healthy_at=None):
+    """The load's record (vllm_ops_loads.parse_load) of the journal entries of one start, timed from the
+    unit's ExecMainStartTimestampMonotonic."""
+    t0 = None
+    try:
+        t0 = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6 or None
+    except ValueError:
+        t0 = None
+    nbytes, source = weight_bytes(model_path)
+    record = parse_load([(mono, text) for mono, _, text in entries], t0=t0, checkpoint_bytes=nbytes,
+                        checkpoint_source=source)
+    started = None
+    if t0 is not None:
+        first = next(((mono, real) for mono, real, _ in entries if mono is not None and real is not None), None)
+        if first:
+            started = datetime.fromtimestamp(first[1] - (first[0] - t0), tz=timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ")
+    record.update(unit=unit, invocation_id=invocation, started_at=started,
+                  healthy_s=round(healthy_at - t0, 3) if healthy_at is not None and t0 is not None else None)
+    return record
 
 
 def probe(url, timeout):
@@ -173,6 +245,9 @@ def main():
             request_timeout_s=dict(type="float", default=5),
             timeout_s=dict(type="int"),
             progress_interval_s=dict(type="int"),
+            record_load=dict(type="bool", default=False),
+            last_window=dict(type="bool", default=False),
+            model_path=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -187,12 +262,22 @@ def main():
             module.fail_json(msg="systemctl show %s failed: %s" % (unit, err.strip()))
         return parse_properties(out)
 
-    def journal(lines, invocation=None):
-        cmd = [journalctl, "--no-pager", "-o", "cat", "-n", str(lines), "-u", unit]
+    def journal(lines, invocation=None, output="cat"):
+        cmd = [journalctl, "--no-pager", "-o", output, "-n", str(lines), "-u", unit]
         if invocation:
             cmd.append("_SYSTEMD_INVOCATION_ID=%s" % invocation)
         rc, out, _ = module.run_command(cmd)
+        if output == "json":
+            return journal_entries(out) if rc == 0 else []
         return out.splitlines() if rc == 0 else []
+
+    def recorded(props, healthy_at=None):
+        """The load's record and its words, when asked for."""
+        if not module.params["record_load"]:
+            return {}
+        entries = journal(LOAD_JOURNAL_LINES, invocation, output="json")
+        record = load_record(entries, props, module.params["model_path"], unit, invocation, healthy_at)
+        return {"load": record, "load_words": load_words(record)}
 
     started = time.monotonic()
     props = state()
@@ -212,12 +297,14 @@ def main():
             module.fail_json(
                 msg="%s %s. Last journal lines:\n%s" % (unit, problem, "\n".join(tail[-20:])),
                 healthy=False, status=status, invocation_id=invocation, unit_state=props, journal_tail=tail,
+                **recorded(props)
             )
         if time.monotonic() - started + module.params["poll_interval_s"] > module.params["window_s"]:
             break
         time.sleep(module.params["poll_interval_s"])
 
-    loaded, total, progress = shard_progress(journal(400, invocation))
+    healthy_at = time.monotonic() if status == 200 else None
+    loaded, total, words = shard_progress(journal(400, invocation))
     module.exit_json(
         changed=False,
         healthy=status == 200,
@@ -226,8 +313,9 @@ def main():
         unit_state=props,
         shards_loaded=loaded,
         shards_total=total,
-        progress=progress,
+        progress=words,
         window_elapsed_s=round(time.monotonic() - started, 1),
+        **(recorded(props, healthy_at) if status == 200 or module.params["last_window"] else {})
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from .. import loadcost
 from ..csvfile import append_csv_rows
 from ..job import JobInputError, iso_utc, now_iso
 from .errors import CampaignInputError
@@ -57,10 +58,14 @@ COLUMN_DOCS: dict[str, str] = {
     "report": "path of the campaign's Markdown report",
     "downtime_s": "seconds the service's /health did not answer 200 during the campaign (empty: not recorded)",
     "longest_gap_s": "the longest of those gaps, s (empty: not recorded)",
+    "loads": "model loads the campaign caused (vllm_ops.loadcost; empty: not recorded)",
+    "load_ready_s": "the median time to ready of those loads, s (empty: none got ready, or not recorded)",
+    "load_weights_gbps": "the median rate their weights phase read the checkpoint at, GB/s (empty: not measured)",
+    "disk_gbps": "the disk's floor the campaign's checks measured, GB/s (empty: not measured)",
 }
 # Columns added since the first version, in order: a file whose header stops before them is
 # rewritten with them (its rows get empty cells) instead of being refused.
-ADDED_COLUMNS = ("downtime_s", "longest_gap_s")
+ADDED_COLUMNS = ("downtime_s", "longest_gap_s", "loads", "load_ready_s", "load_weights_gbps", "disk_gbps")
 COLUMNS: tuple[str, ...] = tuple(COLUMN_DOCS)
 
 
@@ -127,6 +132,7 @@ def history_row(meta: Mapping, summary: Mapping) -> dict:
         "report": meta.get("report"),
         "downtime_s": downtime.get("seconds_not_ready"),
         "longest_gap_s": downtime.get("longest_gap_s"),
+        **loadcost.history_figures(_mapping(meta, "model_loads") or None),
     }
     assert tuple(row) == COLUMNS
     return row

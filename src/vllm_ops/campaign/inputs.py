@@ -13,7 +13,9 @@
 
 ``job.json`` (:func:`load_job`, optional): what the job skeleton recorded after the restore::
 
-    {id, kind, host, controller, started_at, finished_at, downtime, error}
+    {id, kind, host, controller, started_at, finished_at, downtime, loads, disk, error}
+
+``loads`` and ``disk`` as :mod:`vllm_ops.loadcost` reads them (``loads`` [] for a record without).
 
 ``topology.txt`` (:func:`read_topology`, optional): what ``nvidia-smi topo -m`` printed.
 
@@ -31,7 +33,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from .. import artifacts
+from .. import artifacts, loadcost
 from ..cliutil import read_json
 from ..job import JobInputError, parse_time
 from ..traces.topology import parse_topology
@@ -211,6 +213,9 @@ def load_job(directory: str | os.PathLike, capture: Mapping) -> dict | None:
         "started_at": f.time(data, "started_at"), "finished_at": f.time(data, "finished_at"),
         "downtime": f.mapping(data, "downtime", required=False) or None,
         "error": f.string(data, "error", required=False),
+        # The loads the job caused and the disk's floor its checks measured (vllm_ops.loadcost).
+        "loads": loadcost.job_loads(data, str(path)),
+        "disk": f.mapping(data, "disk", required=False) or None,
     }
     for key in ("id", "host"):
         if out[key] != capture[key]:

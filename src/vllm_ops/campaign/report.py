@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from .. import artifacts, fabric
+from .. import artifacts, fabric, loadcost
 from ..allreduce import UNIT_RESULT, AllreduceInputError
 from ..job import JobInputError, downtime_text, duration, now_iso
 from ..ledger import LedgerInputError
@@ -68,7 +68,8 @@ def campaign_record(directory: str, capture: Mapping, job: Mapping | None, topol
     else now and null (a profiled variant, reported mid-experiment). ``fabric`` is :func:`pcie`'s
     answer (``links``); ``checkpoint`` what the ledger was given (the record's path and bytes, or
     why there are none), null when the capture read no checkpoint; ``ledger_png`` the ledger's chart,
-    null without a ledger (``ledger`` false: no checkpoint record, so none is drawn)."""
+    null without a ledger (``ledger`` false: no checkpoint record, so none is drawn); ``model_loads`` the
+    job's loads (:func:`vllm_ops.loadcost.summary`), null without job.json."""
     return {
         "id": capture["id"], "host": capture["host"], "started_at": capture["started_at"],
         "finished_at": job["finished_at"] if job else now_iso(), "model": capture["model"],
@@ -83,6 +84,9 @@ def campaign_record(directory: str, capture: Mapping, job: Mapping | None, topol
         "fabric": dict(links),
         "summary_json": artifacts.SUMMARY_JSON, "chart_png": artifacts.DECODE_PNG, "steps_png": artifacts.STEPS_PNG,
         "ledger_png": artifacts.LEDGER_PNG if ledger else None, "report": os.path.join(directory, artifacts.REPORT_MD),
+        # The model loads the job caused, each phase by phase against the disk's floor (vllm_ops.loadcost);
+        # null without job.json.
+        "model_loads": loadcost.summary(job["loads"], job["disk"]) if job else None,
     }
 
 

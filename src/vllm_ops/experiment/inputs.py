@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
+from .. import loadcost
 from ..cliutil import read_json
 from .errors import ExperimentInputError
 
@@ -150,6 +151,8 @@ def load_experiment(directory: str | Path) -> dict:
         "model": data.get("model"), "vllm_version": data.get("vllm_version"), "load": _load(where, data),
         # The health poller's record of the whole experiment (the campaign's), or null.
         "downtime": _mapping(where, data, "downtime") or None,
+        # The model loads the job caused and the disk's floor, from the job's job.json (null: none yet).
+        "model_loads": loadcost.read_job(d),
     }
     floor = data.get("noise_floor_pct", 1.0)
     if not _number(floor) or floor < 0:

@@ -9,7 +9,8 @@ Layout (``schema`` ``vllm-ops/experiment-report/1``; a changed meaning is a new 
     noise_rule (the rule in one paragraph), headline_metrics {tpot, throughput: {metric, concurrency}},
     experiments [{host, dir, id, started_at, finished_at, duration, downtime (the health poller's
                   record in words, "downtime 95.0 s in 4 gaps (longest 31.0 s)", or null), model, vllm_version,
-                  noise_floor_pct, base {environment, extra_args, settings}, drift [DRIFT], drifted}],
+                  noise_floor_pct, base {environment, extra_args, settings}, drift [DRIFT], drifted,
+                  model_loads (the job's loads, vllm_ops.loadcost.summary; null without job.json)}],
     baselines [ENTRY] (one per host, in host order), variants [ENTRY] (input order, host by host),
     ranking [{rank, name, host, label, category, settings, tpot CMP, throughput CMP}],
     counts {category: n}, failures [{label, name, host, stage, message, journal [str]}],
@@ -20,7 +21,9 @@ Layout (``schema`` ``vllm-ops/experiment-report/1``; a changed meaning is a new 
              profile, status ("ok" | "failed"), failure, category, points [POINT], warnings,
              headline {tpot, throughput: CMP + concurrency}, profile_report, profile_headline
              (variants: a profiled variant's campaign report, relative to its experiment, and
-             headline; else null), measured (baselines)}
+             headline; else null), measured (baselines), load (its server's last load in the job,
+             vllm_ops.loadcost.time_to_ready: {n, ready, total_s, words, against_words}; the
+             baseline's is the normal service's; null: none recorded)}
     POINT = {concurrency, status ("ok" | "failed" | "not measured"), runs, completed,
              failed_requests, metrics {METRIC: {values, center, min, max}},
              spec_decode {drafts, draft_tokens, accepted_tokens, acceptance, mean_accepted_length},
@@ -36,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from .. import loadcost
 from ..job import JobInputError, duration_words
 from ..job import downtime_text as _downtime_words
 from .analysis import CATEGORY_ORDER, THROUGHPUT, TPOT, analyze_host, rank_key
@@ -100,6 +104,12 @@ def build_report(experiments: list[Mapping]) -> dict:
                                        "the same load")
     conc = first["load"]["concurrencies"]
     analyses = [analyze_host(e) for e in experiments]
+    for e, a in zip(experiments, analyses, strict=True):
+        # Each server's last load in the job (the baseline's: the normal service restored), for the lever
+        # variants (a load format, the compile cache) whose point is their time to ready.
+        for entry in [a["baseline"], *a["variants"]]:
+            entry["load"] = loadcost.time_to_ready(e.get("model_loads"),
+                                                   None if entry is a["baseline"] else entry["name"])
     baselines = [a["baseline"] for a in analyses]
     variants = [v for a in analyses for v in a["variants"]]
     order = sorted(range(len(variants)), key=lambda i: (rank_key(variants[i]), i))
@@ -134,6 +144,7 @@ def build_report(experiments: list[Mapping]) -> dict:
                                                             baseline=True)},
             "drift": a["drift"], "drifted": drift_text(a["drift"]),
             "downtime": downtime_text(e.get("downtime")),
+            "model_loads": e.get("model_loads"),
         } for e, a in zip(experiments, analyses, strict=True)],
         "baselines": baselines, "variants": variants, "ranking": ranking,
         "counts": {c: sum(1 for v in variants if v["category"] == c) for c in CATEGORY_ORDER},

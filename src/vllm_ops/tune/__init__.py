@@ -12,8 +12,9 @@ load; ``result`` judges what was loaded against the baseline with the experiment
 and writes the result, the host_vars file and the history row; ``cli`` is ``vllm-tune-report``.
 """
 
+from ..loadcost import last_load
 from .errors import TuneInputError
-from .plan import build_plan, last_load
+from .plan import build_plan
 from .prescreen import screen
 from .result import analyze
 

@@ -25,12 +25,13 @@ from ..allreduce import result_name
 from ..artifacts import find_newest, write_json, write_text
 from ..cliutil import read_json, run_command
 from ..experiment import cli as experiment_cli
+from ..loadcost import last_load
 from ..render import render
 from ..traces.experiments import with_ledger
 from ..traces.verdict import describe
 from .errors import TuneInputError
 from .history import COLUMN_DOCS, append_tune
-from .plan import build_plan, cost, last_load, plan_words
+from .plan import build_plan, cost, plan_words
 from .prescreen import screen, screen_words
 from .result import EXPERIMENT_DIR, analyze, merged_settings, winner, write_outputs
 

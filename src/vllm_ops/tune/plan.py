@@ -29,18 +29,16 @@ Definitions (:func:`build_plan`):
   not all be loaded; it is refused with its cost (check mode and a real run alike).
 - **cost** (:func:`cost`): model loads = the profile's (1 on the restart path, 0 live or with a plan
   file) + the variants' (``loads_max`` at most) + 1 (the normal service back, or the winner
-  deployed); minutes of downtime = loads x the host's last measured load (:func:`last_load`).
+  deployed); minutes of downtime = loads x the host's last measured load
+  (:func:`vllm_ops.loadcost.last_load`: the loads the newest job recorded, phase by phase, else a tune's
+  timed loads, else a job's downtime gaps).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from ..artifacts import find_newest
-from ..cliutil import read_json
 from ..experiment import ExperimentInputError, expand
 from ..experiment.settings import settings_text
 from ..traces.experiments import TESTS
@@ -180,30 +178,6 @@ def build_plan(source: object, *, unit_environment: Mapping, unit_args: Sequence
 def _changes(environment: Mapping, unit_env: Mapping) -> dict:
     """What a variant's environment changes: the variables whose value is not the unit's."""
     return {k: v for k, v in environment.items() if unit_env.get(k) != (None if v is None else str(v))}
-
-
-def last_load(under: str | Path | None) -> dict:
-    """The host's last measured model load: ``{seconds, source}``. The median of the loads the newest
-    ``tune.json`` under ``under`` timed, else the median gap of the newest ``job.json``'s downtime record
-    (a gap is a stop and a load), else ``{seconds: None, source: why}``."""
-    if under is None:
-        return {"seconds": None, "source": "no artifacts directory given"}
-    path = find_newest(under, "tune.json")
-    if path:
-        record = read_json(path, "tune record", TuneInputError)
-        loads = [x["seconds"] for x in (record.get("loads") or []) if isinstance(x.get("seconds"), (int, float))]
-        if loads:
-            return {"seconds": round(statistics.median(loads), 1),
-                    "source": f"the loads timed by tune {record.get('id')}"}
-    path = find_newest(under, "job.json")
-    if path:
-        record = read_json(path, "job record", TuneInputError)
-        gaps = [g["seconds"] for g in ((record.get("downtime") or {}).get("gap_list") or [])
-                if isinstance(g, Mapping) and isinstance(g.get("seconds"), (int, float)) and not g.get("open")]
-        if gaps:
-            return {"seconds": round(statistics.median(gaps), 1),
-                    "source": f"the downtime gaps of {record.get('kind') or 'job'} {record.get('id')}"}
-    return {"seconds": None, "source": f"no load measured on this host yet (no tune.json or job.json under {under})"}
 
 
 def cost(plan: Mapping, profile_loads: int, load: Mapping) -> dict:

@@ -105,7 +105,7 @@ def test_analyze_writes_every_output(campaign_dir, tmp_path, capsys):
     assert set(record) == {"id", "host", "started_at", "finished_at", "model", "vllm_version", "tensor_parallel_size",
                            "topology", "variant", "environment", "downtime", "path", "allreduce_floor", "settings",
                            "profiler_config", "load", "latency", "traces", "summary_json", "chart_png", "steps_png",
-                           "report", "checkpoint", "fabric", "ledger_png"}
+                           "report", "checkpoint", "fabric", "ledger_png", "model_loads"}
     assert (record["id"], record["host"], record["started_at"], record["finished_at"]) == (
         "20261201T120000Z", "h200-a", "2026-12-01T12:00:00Z", "2026-12-01T12:41:07Z")
     assert (record["model"], record["vllm_version"], record["tensor_parallel_size"], record["variant"]) == (
@@ -385,3 +385,32 @@ def test_the_checkpoint_and_the_pcie_links_of_the_capture(campaign_dir, tmp_path
     floor_ms = 61 * (2 * 7168 * 28672 + 7168) * 2 / 2 / 4800e9 * 1e3
     assert summary["ledger"]["ranks"][1]["floors"]["weights"] == pytest.approx(floor_ms, abs=1e-4)
     assert "GEMMs at 86% of HBM bandwidth (4800 GB/s, spec): memory-bound" in verdict_sentence(summary)
+
+
+def test_the_reports_model_loads_come_from_job_json(campaign_dir, capsys):
+    """Each load the job recorded (the profiling variant's, then the normal service's), in the report with its
+    phases and set against the disk's floor; the load records are built from lines timed here."""
+    from vllm_ops import loads
+
+    def a_load(total, weights, variant):
+        lines = [(500.0 + 3.0, "INFO [gpu_model_runner.py:5040] Starting to load model /models/kimi..."),
+                 (500.0 + 3.0 + weights, f"INFO [default_loader.py:501] Loading weights took {weights:.2f} seconds"),
+                 (500.0 + total, "INFO:     Application startup complete.")]
+        return dict(loads.parse_load(lines, t0=500.0, checkpoint_bytes=540_000_000_000), variant=variant)
+
+    job = json.loads((campaign_dir / "job.json").read_text())
+    job["loads"] = [a_load(1860.0, 1740.0, "profiling"), a_load(1800.0, 1700.0, None)]
+    job["disk"] = {"gbps": 2.1, "bytes": 1 << 30, "seconds": 0.51, "method": "O_DIRECT", "resident_fraction": 0.0}
+    (campaign_dir / "job.json").write_text(json.dumps(job))
+    assert main(["analyze", str(campaign_dir), "--decode-pattern", PATTERN]) == 0
+    capsys.readouterr()
+    record = json.loads((campaign_dir / "campaign.json").read_text())
+    assert [x["total_s"] for x in record["model_loads"]["loads"]] == [1860.0, 1800.0]
+    assert [x["variant"] for x in record["model_loads"]["loads"]] == ["profiling", None]
+    text = (campaign_dir / "report.md").read_text()
+    section = text.split("## Model loads", 1)[1].split("\n## ", 1)[0]
+    # 540 GB in 1740 s is 0.31 GB/s, in 1700 s 0.32 GB/s: far under a 2.1 GB/s disk
+    assert "| 1 | profiling | ready in 31.0 min: start 3.0 s, weights 29.0 min (540.0 GB at 0.31 GB/s)" in section
+    assert "| 2 | the normal service | ready in 30.0 min: start 3.0 s, weights 28.3 min (540.0 GB at 0.32 GB/s)" \
+        in section
+    assert section.count("not disk-bound") >= 2 and "this disk reads 2.10 GB/s" in section

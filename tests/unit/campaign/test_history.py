@@ -16,7 +16,9 @@ EXPECTED_COLUMNS = (
     "allreduce_share", "allreduce_skew_corrected_ms", "verdict", "verdict_rank", "straggler", "steady_steps",
     "steady_period_ms", "steady_busy_ms", "steady_idle_ms", "steady_transfer_ms", "steady_wait_ms",
     "decode_steps", "warnings", "report", "downtime_s", "longest_gap_s",
+    "loads", "load_ready_s", "load_weights_gbps", "disk_gbps",
 )
+LOAD_COLUMNS = 4
 NO_VERDICT = dict.fromkeys(("verdict", "verdict_rank", "straggler", "steady_steps", "steady_period_ms",
                             "steady_busy_ms", "steady_idle_ms", "steady_transfer_ms", "steady_wait_ms"))
 
@@ -38,6 +40,7 @@ def test_row(campaign, two_ranks):
         "cuda_ms_per_step": 21.0, "allreduce_ms_per_step": 12.0, "allreduce_share": round(12 / 21, 4),
         "allreduce_skew_corrected_ms": 3.5, **NO_VERDICT, "decode_steps": 10, "warnings": 0,
         "report": "artifacts/vllm-sandbox/c20250131T120000/report.md", "downtime_s": None, "longest_gap_s": None,
+        "loads": None, "load_ready_s": None, "load_weights_gbps": None, "disk_gbps": None,
     }
 
 
@@ -47,16 +50,24 @@ def test_the_downtime_the_poller_recorded_goes_in_the_row(campaign, two_ranks):
     assert (row["downtime_s"], row["longest_gap_s"]) == (17.25, 9.1)
 
 
+def test_the_loads_the_job_recorded_go_in_the_row(campaign, two_ranks):
+    model_loads = {"count": 2, "ready_s": [40.0, 50.0], "disk": {"gbps": 2.1},
+                   "loads": [{"ready": True, "weights": {"gbps": 0.3}}, {"ready": True, "weights": {"gbps": 0.5}}]}
+    row = history_row(dict(campaign, model_loads=model_loads), two_ranks)
+    # the medians of the two loads, computed here
+    assert (row["loads"], row["load_ready_s"], row["load_weights_gbps"], row["disk_gbps"]) == (2, 45.0, 0.4, 2.1)
+
+
 def test_a_file_from_before_the_downtime_columns_is_migrated(tmp_path, campaign, two_ranks):
     path = tmp_path / "history.csv"
-    old_columns = EXPECTED_COLUMNS[:-2]
+    old_columns = EXPECTED_COLUMNS[:-2 - LOAD_COLUMNS]
     old_row = [f"v{i}" for i in range(len(old_columns))]
     with open(path, "w", newline="") as fh:
         csv.writer(fh, lineterminator="\n").writerows([old_columns, old_row])
     assert append_history(path, history_row(campaign, two_ranks)) is False
     rows = list(csv.reader(path.open()))
     assert tuple(rows[0]) == EXPECTED_COLUMNS
-    assert rows[1] == [*old_row, "", ""]  # the old campaign, nothing recorded for the new columns
+    assert rows[1] == [*old_row, "", "", *[""] * LOAD_COLUMNS]  # the old campaign, nothing recorded for the new columns
     assert rows[2][0] == "c20250131T120000" and len(rows) == 3
 
 

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import http.server
 import importlib.util
+import json
 import socket
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+from vllm_ops import loads
+
 MODULE = Path(__file__).resolve().parents[3] / "roles/vllm/library/vllm_wait_healthy.py"
+# The module imports the load parser as Ansible ships it, from module_utils (a link to vllm_ops.loads).
+sys.modules.setdefault("ansible.module_utils.vllm_ops_loads", loads)
 spec = importlib.util.spec_from_file_location("vllm_wait_healthy", MODULE)
 health = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(health)
@@ -105,3 +111,32 @@ def test_probe_reports_a_refused_connection_as_minus_one():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     assert health.probe(f"http://127.0.0.1:{port}/health", 2) == -1
+
+
+def test_journal_entries_decode_journald_json():
+    lines = [
+        json.dumps({"MESSAGE": "Starting to load model /m...", "__MONOTONIC_TIMESTAMP": "5000000",
+                    "__REALTIME_TIMESTAMP": "1764583200000000"}),
+        # journald keeps a message with a carriage return (tqdm's) as bytes
+        json.dumps({"MESSAGE": list(b"\rLoading safetensors checkpoint shards: 100% Completed | 4/4 [00:01<00:00]"),
+                    "__MONOTONIC_TIMESTAMP": "6500000", "__REALTIME_TIMESTAMP": "1764583201500000"}),
+        "not json",
+    ]
+    entries = health.journal_entries("\n".join(lines))
+    assert entries[0] == (5.0, 1764583200.0, "Starting to load model /m...")
+    assert entries[1][0] == 6.5 and entries[1][2].startswith("\rLoading safetensors checkpoint shards: 100%")
+    assert len(entries) == 2
+
+
+def test_the_load_record_is_timed_from_the_units_start(tmp_path):
+    for i in range(2):
+        (tmp_path / f"model-{i}.safetensors").write_bytes(b"\0" * 1000)
+    entries = [(5.0, 1764583200.0, "(Worker pid=3) INFO [cpu_model_runner.py:68] Starting to load model /m..."),
+               (8.0, 1764583203.0, "(Worker pid=3) INFO [default_loader.py:501] Loading weights took 2.50 seconds"),
+               (9.5, 1764583204.5, "INFO:     Application startup complete.")]
+    props = {"ExecMainStartTimestampMonotonic": "2000000"}
+    record = health.load_record(entries, props, str(tmp_path), "u.service", "inv", healthy_at=10.0)
+    assert record["total_s"] == 9.5 - 2.0 and record["healthy_s"] == 10.0 - 2.0
+    assert record["weights"]["bytes"] == 2000 and record["weights"]["gbps"] == round(2000 / 2.5 / 1e9, 3)
+    assert record["started_at"] == "2025-12-01T09:59:57Z"  # the first line's real time less 3 s
+    assert (record["unit"], record["invocation_id"]) == ("u.service", "inv")

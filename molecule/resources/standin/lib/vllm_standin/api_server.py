@@ -164,7 +164,7 @@ def api_main(argv):
         "model": model, "served_model_name": [model_name], "tp": args.tensor_parallel_size,
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "max_model_len": max_model_len, "enforce_eager": args.enforce_eager,
-        "shards": n_shards, "weights_bytes": weights_bytes,
+        "shards": n_shards, "weights_bytes": weights_bytes, "load_format": args.load_format or "auto",
         "load_s": max(0.0, env_float("VLLM_STANDIN_LOAD_S", 6.0)),
         "profiler": pcfg or {"profiler": None}, "spec": spec,
     })

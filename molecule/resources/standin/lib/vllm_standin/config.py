@@ -77,6 +77,7 @@ def build_parser():
     parser.add_argument("--middleware", action="append", default=[])
     parser.add_argument("--speculative-config", "-sc", type=parse_json_arg)
     parser.add_argument("--max-num-seqs", type=int)
+    parser.add_argument("--load-format")  # vLLM's default "auto" when absent (not a non-default arg)
     return parser
 
 

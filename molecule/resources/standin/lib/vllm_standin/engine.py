@@ -84,10 +84,14 @@ class Engine:
 
         self.gather("loaded", on_wait=maybe_die_loading)
         self.load_draft_model()
+        # The workers measured their KV cache memory; the engine sizes the cache, the workers capture
+        # their CUDA graphs, then the warm-up (worker.SHARES: 1 % and 2 % of the load).
         mib = int(cfg["gpu_memory_utilization"] * env_float("GPU_SIM_TOTAL_MIB", 143771))
-        time.sleep(cfg["load_s"] * 0.15)
-        log("INFO", "gpu_worker.py:298", f"Available KV cache memory: {mib / 1024 * 0.4:.2f} GiB")
-        log("INFO", "kv_cache_utils.py:1087", f"GPU KV cache size: {mib * 12:,} tokens")
+        time.sleep(cfg["load_s"] * 0.01)
+        log("INFO", "kv_cache_utils.py:2327", f"GPU KV cache size: {mib * 12:,} tokens, Maximum concurrency for "
+            f"{cfg['max_model_len']:,} tokens per request: {mib * 12 / max(cfg['max_model_len'], 1):.2f}x")
+        self.forward({"id": "capture_graphs", "cmd": "capture_graphs"}, reply=False)
+        time.sleep(cfg["load_s"] * 0.02)
         log("INFO", "core.py:402", "init engine (profile, create kv cache, warmup model) "
             f"took {time.monotonic() - t0:.2f} s")
         self.api.send({"ev": "ready"})
@@ -147,11 +151,12 @@ class Engine:
                 if msg:
                     self.forward(msg)
 
-    def forward(self, msg):
+    def forward(self, msg, reply=True):
         for _, chan in self.workers:
             chan.send(msg)
         self.gather(msg["id"])
-        self.api.send({"id": msg["id"], "ok": True})
+        if reply:
+            self.api.send({"id": msg["id"], "ok": True})
 
     def shutdown(self):
         procs = [proc for proc, _ in self.workers if proc.poll() is None]

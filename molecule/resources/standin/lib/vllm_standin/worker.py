@@ -1,12 +1,22 @@
 """The worker process, ``VLLM::Worker_TP<r>`` (``VLLM::Worker`` at TP 1), one per rank.
 
 It holds its GPU device file open and writes its memory claim for the nvidia-smi stand-in,
-loads the shards (rank 0 prints tqdm's progress), then serves the EngineCore's profiler
-commands, writing its rank's trace on a stop. It exits when its EngineCore goes away, as
-vLLM's workers watch a death pipe, and on SIGTERM unless ``worker-ignores-sigterm`` names it."""
+loads the shards (rank 0 prints tqdm's progress and vLLM 0.32's load lines), processes the
+weights, compiles (or reads its compile cache back), measures its KV cache memory, captures
+its CUDA graphs when the EngineCore asks, then serves the EngineCore's profiler commands,
+writing its rank's trace on a stop. It exits when its EngineCore goes away, as vLLM's
+workers watch a death pipe, and on SIGTERM unless ``worker-ignores-sigterm`` names it.
+
+The load's phases and their shares of ``VLLM_STANDIN_LOAD_S`` (:data:`SHARES`): the shards
+85 % (times the load format's factor, ``VLLM_STANDIN_LOAD_FORMAT_FACTORS``), then the rest
+of the engine's start 15 %: post-load 2 %, compile 6 % (1 % read back from the compile cache,
+none with ``--enforce-eager``), profiling run 1 %, KV cache 1 % (EngineCore), CUDA graphs 3 %
+(none with ``--enforce-eager``), the engine's warm-up 2 % (EngineCore)."""
 
 import contextlib
+import hashlib
 import os
+import re
 import select
 import signal
 import socket
@@ -29,6 +39,41 @@ from vllm_standin.traces import (
     write_profiler_table,
     write_trace_file,
 )
+
+SHARES = {"shards": 0.85, "post_load": 0.02, "compile": 0.06, "compile_cached": 0.01, "profile_run": 0.01,
+          "kv_cache": 0.01, "cuda_graphs": 0.03, "engine_rest": 0.02}
+COMPILE_RANGE = "(1, 8192)"
+RUNAI_BAR = "Loading safetensors using Runai Model Streamer"  # weight_utils.py's bar of that loader
+DEFAULT_BAR = "Loading safetensors checkpoint shards"
+
+
+def load_format_factor(load_format):
+    """The shard time's factor for ``--load-format``: ``VLLM_STANDIN_LOAD_FORMAT_FACTORS`` entries
+    ``FORMAT:FACTOR`` (spaces or commas between them, e.g. ``fastsafetensors:0.5``); 1 otherwise."""
+    for entry in re.split(r"[\s,]+", os.environ.get("VLLM_STANDIN_LOAD_FORMAT_FACTORS", "")):
+        name, sep, value = entry.partition(":")
+        if sep and name == (load_format or "auto"):
+            try:
+                return max(0.0, float(value))
+            except ValueError:
+                return 1.0
+    return 1.0
+
+
+def compile_cache(cfg):
+    """``(directory or None, key path or None)`` of vLLM's torch.compile cache: ``$VLLM_CACHE_ROOT``
+    (else ``~/.cache/vllm``) ``/torch_compile_cache/<hash of the model's config>``; None when
+    ``VLLM_DISABLE_COMPILE_CACHE=1`` turns it off."""
+    if os.environ.get("VLLM_DISABLE_COMPILE_CACHE", "0") not in ("", "0"):
+        return None, None
+    root = os.environ.get("VLLM_CACHE_ROOT") or os.path.join(os.path.expanduser("~"), ".cache", "vllm")
+    key = hashlib.sha256(json_key(cfg).encode()).hexdigest()[:10]
+    directory = os.path.join(root, "torch_compile_cache", key, f"rank_{cfg['rank']}_0", "backbone")
+    return directory, os.path.join(directory, "vllm_compile_cache.py")
+
+
+def json_key(cfg):
+    return f"{cfg['model']}|tp={cfg['tp']}|max_len={cfg['max_model_len']}"
 
 
 class Worker:
@@ -87,25 +132,94 @@ class Worker:
             log("WARNING", "vllm_standin", f"cannot write GPU memory claim {path}: {exc}")
 
     def load(self):
-        """Simulate loading the shards; rank 0 prints tqdm-style progress.
-        Returns False when the engine went away during the load."""
-        total, load_s = self.cfg["shards"], self.cfg["load_s"] * 0.85
+        """Simulate loading the shards (rank 0 prints tqdm-style progress and vLLM's lines), the
+        weights' processing, the compile and the profiling run. Returns False when the engine
+        went away during the load."""
+        cfg = self.cfg
+        total = cfg["shards"]
+        load_s = cfg["load_s"] * SHARES["shards"] * load_format_factor(cfg.get("load_format"))
         per_shard = load_s / total
-        t0 = time.monotonic()
         if self.rank == 0:
-            self.progress(0, total, 0.0)
+            log("INFO", "gpu_model_runner.py:5040", f"Starting to load model {cfg['model']}...")
+            log("INFO", "base_loader.py:82", "Initializing model took 0.124266 seconds")
+            log("INFO", "weight_utils.py:1108", f"Filesystem type for checkpoints: EXT4. Checkpoint size: "
+                f"{cfg['weights_bytes'] / 2**30:.2f} GiB. Available RAM: {available_ram_gib():.2f} GiB.")
+        t0 = time.monotonic()
+        bar = RUNAI_BAR if cfg.get("load_format") == "runai_streamer" else DEFAULT_BAR
+        if self.rank == 0:
+            self.progress(0, total, 0.0, bar)
         for n in range(1, total + 1):
             if not self.engine_alive(max(0.0, t0 + n * per_shard - time.monotonic())):
                 return False
             if self.rank == 0:
-                self.progress(n, total, time.monotonic() - t0)
+                self.progress(n, total, time.monotonic() - t0, bar)
         took = time.monotonic() - t0
         if self.rank == 0:
-            gib = self.cfg["weights_bytes"] / self.cfg["tp"] / 2**30 or 72.37
-            log("INFO", "default_loader.py:291", f"Loading weights took {took:.2f} seconds")
-            log("INFO", "gpu_model_runner.py:2912",
-                f"Model loading took {gib:.4f} GiB memory and {took + 0.4:.6f} seconds")
+            log("INFO", "default_loader.py:501", f"Loading weights took {took:.2f} seconds")
+        if not self.engine_alive(cfg["load_s"] * SHARES["post_load"]):
+            return False
+        if self.rank == 0:
+            gib = cfg["weights_bytes"] / cfg["tp"] / 2**30 or 72.37
+            log("INFO", "gpu_model_runner.py:5150",
+                f"Model loading took {gib:.4f} GiB memory and {time.monotonic() - t0 + 0.124266:.6f} seconds")
+        return self.compile_and_profile()
+
+    def compile_and_profile(self):
+        """torch.compile (or its cache read back) unless --enforce-eager, then the profiling run and the
+        KV cache memory, as vLLM's worker logs them; False when the engine went away."""
+        cfg, rank0 = self.cfg, self.rank == 0
+        if not cfg["enforce_eager"]:
+            directory, key = compile_cache(cfg)
+            cached = key is not None and os.path.isfile(key)
+            if rank0:
+                if directory is None:
+                    log("INFO", "backends.py:1102", "[backbone] vLLM's torch.compile cache is disabled.")
+                else:
+                    log("INFO", "backends.py:1104", f"[backbone] Using cache directory: {directory} for vLLM's "
+                        "torch.compile")
+            t = time.monotonic()
+            share = SHARES["compile_cached"] if cached else SHARES["compile"]
+            if not self.engine_alive(cfg["load_s"] * share):
+                return False
+            took = time.monotonic() - t
+            if rank0:
+                log("INFO", "backends.py:1166", f"[backbone] Dynamo bytecode transform time: {took * 0.3:.2f} s")
+                if cached:
+                    log("INFO", "backends.py:295", "[backbone] Directly load the compiled graph(s) for compile "
+                        f"range {COMPILE_RANGE} from the cache, took {took * 0.7:.3f} s")
+                else:
+                    log("INFO", "backends.py:399", f"[backbone] Compiling a graph for compile range {COMPILE_RANGE} "
+                        f"takes {took * 0.7:.2f} s")
+                log("INFO", "monitor.py:62", f"[backbone] torch.compile took {took:.2f} s in total")
+            if key and not cached:
+                self.save_compile_cache(directory, key)
+        t = time.monotonic()
+        if not self.engine_alive(cfg["load_s"] * SHARES["profile_run"]):
+            return False
+        if rank0:
+            log("INFO", "monitor.py:91", f"[backbone] Initial profiling/warmup run took {time.monotonic() - t:.2f} s")
+            mib = int(cfg["gpu_memory_utilization"] * env_float("GPU_SIM_TOTAL_MIB", 143771))
+            log("INFO", "gpu_worker.py:760", f"Available KV cache memory: {mib / 1024 * 0.4:.2f} GiB")
         return True
+
+    @staticmethod
+    def save_compile_cache(directory, key):
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with open(key, "w", encoding="utf-8") as fh:
+                fh.write("# vllm-standin compile cache\n")
+        except OSError as exc:
+            log("WARNING", "backends.py:1110", f"[backbone] unable to save the compile cache to {directory}: {exc}")
+
+    def capture_graphs(self):
+        """CUDA graph capture, at the EngineCore's word after it sized the KV cache (not with --enforce-eager)."""
+        if self.cfg["enforce_eager"]:
+            return
+        t = time.monotonic()
+        time.sleep(self.cfg["load_s"] * SHARES["cuda_graphs"])
+        if self.rank == 0:
+            log("INFO", "gpu_model_runner.py:6582",
+                f"Graph capturing finished in {time.monotonic() - t:.0f} secs, took 0.52 GiB")
 
     def engine_alive(self, wait):
         """Sleep up to ``wait`` s; False if the engine's end of the pipe closed."""
@@ -118,7 +232,7 @@ class Worker:
         return True
 
     @staticmethod
-    def progress(n, total, elapsed):
+    def progress(n, total, elapsed, bar=DEFAULT_BAR):
         rate = n / elapsed if elapsed > 0 and n else 0.0
         remaining = fmt_interval((total - n) / rate) if rate else "?"
         if not rate:
@@ -127,7 +241,7 @@ class Worker:
             rate_fmt = f"{1 / rate:5.2f}s/it"
         else:
             rate_fmt = f"{rate:5.2f}it/s"
-        line = (f"Loading safetensors checkpoint shards: {100 * n / total:3.0f}% Completed "
+        line = (f"{bar}: {100 * n / total:3.0f}% Completed "
                 f"| {n}/{total} [{fmt_interval(elapsed)}<{remaining}, {rate_fmt}]")
         # tqdm writes "\r" + bar_format, and vLLM's bar_format ends in "\n";
         # closing the bar adds one more "\n".
@@ -146,6 +260,9 @@ class Worker:
                 self.chan.send({"id": msg["id"], "ok": True})
             elif msg["cmd"] == "stop_profile":
                 self.stop_profile()
+                self.chan.send({"id": msg["id"], "ok": True})
+            elif msg["cmd"] == "capture_graphs":
+                self.capture_graphs()
                 self.chan.send({"id": msg["id"], "ok": True})
 
     def start_profile(self, msg):
@@ -212,6 +329,18 @@ class Worker:
                 os.unlink(self.claim_path)
         if self.device_fd is not None:
             os.close(self.device_fd)
+
+
+def available_ram_gib():
+    """MemAvailable of /proc/meminfo, GiB (0 when unreadable)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
 
 
 def fmt_interval(seconds):

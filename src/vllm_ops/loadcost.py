@@ -1,0 +1,251 @@
+"""What a job's model loads cost, for the reports and the plans: read from one place, ``job.json``.
+
+The ``vllm`` role's health wait records every load it waits through after a start (its phases from
+vLLM's own lines: :mod:`vllm_ops.loads` defines every figure); the job skeleton keeps the loads a job
+caused in its ``job.json`` as ``loads`` (each with ``variant``: the server variant it loaded, null for
+the normal service) and the disk's floor measured by the job's checks as ``disk`` (the ``vllm_disk``
+role's record). The campaign's, the experiment's and the tune's reports read them from there
+(:func:`job_loads`, :func:`summary`), and every plan reads the host's measured loads from the same
+records (:func:`last_load`).
+
+Definitions:
+
+- **a job's loads** (:func:`job_loads`): ``job.json``'s ``loads``, in the order they happened; a record
+  of an older release has none (an empty list).
+- **the host's last measured load** (:func:`last_load`), ``{seconds, source}``: the median ``total_s`` of
+  the loads that got ready in the newest ``job.json`` that has any; else the median of the loads the
+  newest ``tune.json`` timed; else the median closed gap of the newest ``job.json``'s downtime record (a
+  gap is a stop and a load); else ``seconds`` null and why.
+- **expected downtime** (:func:`expected`): loads x the host's last measured load.
+- **the summary** (:func:`summary`): each load with its phases in words and set against the disk's floor
+  (:func:`vllm_ops.loads.against_disk`), for the reports' tables; ``ready_s`` the loads' total times.
+  :func:`read_job` is the summary of a job's directory (its ``job.json``), null without one.
+- **the history's figures** (:func:`history_figures`): ``loads`` (how many the job caused), ``load_ready_s``
+  (the median ``total_s`` of those that got ready), ``load_weights_gbps`` (the median weights rate of those),
+  ``disk_gbps`` (the disk's floor); each null when not measured.
+- **a variant's time to ready** (:func:`time_to_ready`): ``total_s`` of the *last* load of that variant
+  in the job (null: the normal service's), so an experiment compares its variants' loads (a load format,
+  the compile cache) as it compares their benchmarks; null when the job recorded no such load.
+
+``vllm-load-report expect --loads N --under DIR`` prints :func:`expected` as JSON (the skeleton's check mode
+and plan); ``vllm-load-report show DIR`` prints a job's loads in words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from . import loads as L
+from .artifacts import JOB_JSON, find_newest
+from .cliutil import read_json, run_command
+from .errors import VllmOpsError
+
+__all__ = ["LoadInputError", "expected", "history_figures", "job_loads", "last_load", "main", "read_job",
+           "summary", "time_to_ready"]
+
+PROG = "vllm-load-report"
+TUNE_JSON = "tune.json"
+DEPTH = 3  # <host>/<job id>/job.json below artifacts/<host> is level 2; an experiment's profile/ one deeper
+
+
+class LoadInputError(VllmOpsError):
+    """A job record whose loads cannot be read; the message names the file and the field."""
+
+
+def job_loads(record: Mapping | None, where: str = JOB_JSON) -> list[dict]:
+    """``job.json``'s ``loads`` (each a load record with its ``variant``), checked; [] when absent."""
+    got = (record or {}).get("loads")
+    if got is None:
+        return []
+    if not isinstance(got, list) or not all(isinstance(x, Mapping) and isinstance(x.get("phases"), list)
+                                            for x in got):
+        raise LoadInputError(f"{where}: 'loads' must be a list of load records, each with its phases "
+                             "(vllm_ops.loads.parse_load)")
+    return [dict(x) for x in got]
+
+
+def _ready_seconds(items: list[Mapping]) -> list[float]:
+    return [float(x["total_s"]) for x in items if x.get("ready") and isinstance(x.get("total_s"), (int, float))]
+
+
+def _job_files(under: str | os.PathLike) -> list[str]:
+    found = []
+    for root, dirs, files in os.walk(under):
+        if os.path.relpath(root, under).count(os.sep) >= DEPTH - 1:
+            dirs[:] = []
+        found += [os.path.join(root, f) for f in files if f == JOB_JSON]
+    return sorted(found)
+
+
+def last_load(under: str | Path | None) -> dict:
+    """The host's last measured model load, ``{seconds, source}`` (the module's docstring)."""
+    if under is None:
+        return {"seconds": None, "source": "no artifacts directory given"}
+    if os.path.isdir(under):
+        for path in reversed(_job_files(under)):
+            record = read_json(path, "job record", LoadInputError)
+            seconds = _ready_seconds(job_loads(record, path))
+            if seconds:
+                return {"seconds": round(statistics.median(seconds), 1),
+                        "source": f"the {len(seconds)} load(s) of {record.get('kind') or 'job'} {record.get('id')}"}
+    path = find_newest(under, TUNE_JSON)
+    if path:
+        record = read_json(path, "tune record", LoadInputError)
+        timed = [x["seconds"] for x in (record.get("loads") or []) if isinstance(x.get("seconds"), (int, float))]
+        if timed:
+            return {"seconds": round(statistics.median(timed), 1),
+                    "source": f"the loads timed by tune {record.get('id')}"}
+    path = find_newest(under, JOB_JSON)
+    if path:
+        record = read_json(path, "job record", LoadInputError)
+        gaps = [g["seconds"] for g in ((record.get("downtime") or {}).get("gap_list") or [])
+                if isinstance(g, Mapping) and isinstance(g.get("seconds"), (int, float)) and not g.get("open")]
+        if gaps:
+            return {"seconds": round(statistics.median(gaps), 1),
+                    "source": f"the downtime gaps of {record.get('kind') or 'job'} {record.get('id')}"}
+    return {"seconds": None, "source": f"no load measured on this host yet (no tune.json or job.json under {under})"}
+
+
+def expected(n_loads: int, load: Mapping) -> dict:
+    """``{loads, load_s, source, downtime_s, words}``: the downtime ``n_loads`` loads cost at the host's last
+    measured load (``load``: :func:`last_load`)."""
+    s = load.get("seconds")
+    downtime = None if s is None else round(n_loads * s, 1)
+    if not n_loads:
+        words = "no model load (the service is not restarted)"
+    elif s is None:
+        words = (f"{n_loads} model load(s); minutes unknown: {load.get('source')} (a Kimi-K2.5 load is about "
+                 "30 min)")
+    else:
+        words = (f"{n_loads} model load(s), about {L.seconds_words(downtime)} of downtime at "
+                 f"{L.seconds_words(s)} a load ({load.get('source')})")
+    return {"loads": n_loads, "load_s": s, "source": load.get("source"), "downtime_s": downtime, "words": words}
+
+
+def summary(items: list[Mapping], disk: Mapping | None) -> dict:
+    """A job's loads for a report: ``{count, ready_s [s], disk, disk_words, loads [{n, variant, ready, total_s,
+    failed_in, words, phases [{name, words, seconds, status}], weights, against, against_words}], clause}``.
+    ``clause`` is the headline's: ``2 loads, ready in 8.1 s (median), weights 6.8 s at 7.74 GB/s; disk floor
+    not measured``, or null without loads."""
+    out = []
+    for n, x in enumerate(items, 1):
+        verdict = L.against_disk(x, disk)
+        out.append({
+            "n": n, "variant": x.get("variant"), "ready": bool(x.get("ready")), "total_s": x.get("total_s"),
+            "failed_in": x.get("failed_in"), "words": L.load_words(x), "started_at": x.get("started_at"),
+            "phases": [{"name": p["name"], "words": L.phase_words(p), "seconds": p.get("seconds"),
+                        "stated_s": p.get("stated_s"), "status": p.get("status"), "includes": p.get("includes") or [],
+                        "why": p.get("why")} for p in x.get("phases") or []],
+            "weights": dict(x.get("weights") or {}), "compile": dict(x.get("compile") or {}),
+            "load_format": x.get("load_format"),
+            "against": verdict, "against_words": L.verdict_words(verdict),
+        })
+    ready = _ready_seconds(items)
+    return {"count": len(items), "ready_s": ready, "disk": dict(disk) if disk else None,
+            "disk_words": L.disk_words(disk), "loads": out, "clause": _clause(out, ready, disk)}
+
+
+def read_job(directory: str | os.PathLike) -> dict | None:
+    """:func:`summary` of ``DIR/job.json``'s loads and disk floor; None when the directory has no job.json (a
+    profiled variant reported while its experiment goes on)."""
+    path = Path(directory) / JOB_JSON
+    if not path.exists():
+        return None
+    record = read_json(path, "job record", LoadInputError)
+    disk = record.get("disk")
+    if disk is not None and not isinstance(disk, Mapping):
+        raise LoadInputError(f"{path}: 'disk' must be the vllm_disk role's record (an object) or null")
+    return summary(job_loads(record, str(path)), disk)
+
+
+def history_figures(loads_summary: Mapping | None) -> dict:
+    """``{loads, load_ready_s, load_weights_gbps, disk_gbps}`` of a :func:`summary` (the module's docstring);
+    all null without one (no job.json)."""
+    if not loads_summary:
+        return {"loads": None, "load_ready_s": None, "load_weights_gbps": None, "disk_gbps": None}
+    ready = loads_summary.get("ready_s") or []
+    rates = [x["weights"]["gbps"] for x in loads_summary.get("loads") or []
+             if x.get("ready") and isinstance((x.get("weights") or {}).get("gbps"), (int, float))]
+    return {"loads": loads_summary.get("count"),
+            "load_ready_s": round(statistics.median(ready), 1) if ready else None,
+            "load_weights_gbps": round(statistics.median(rates), 3) if rates else None,
+            "disk_gbps": (loads_summary.get("disk") or {}).get("gbps")}
+
+
+def time_to_ready(loads_summary: Mapping | None, variant: str | None) -> dict | None:
+    """The last load of ``variant`` (None: the normal service) in a :func:`summary`: ``{n, ready, total_s, words,
+    against_words}``; None when the job recorded none."""
+    found = [x for x in (loads_summary or {}).get("loads") or [] if x.get("variant") == variant]
+    if not found:
+        return None
+    x = found[-1]
+    return {"n": x["n"], "ready": x["ready"], "total_s": x["total_s"], "words": x["words"],
+            "against_words": x["against_words"]}
+
+
+def _clause(out: list[dict], ready: list[float], disk: Mapping | None) -> str | None:
+    if not out:
+        return None
+    head = f"{len(out)} load{'s' if len(out) != 1 else ''}"
+    if ready:
+        centre = statistics.median(ready)
+        head += f", ready in {L.seconds_words(centre)}" + (" (median)" if len(ready) > 1 else "")
+    failed = sum(1 for x in out if not x["ready"])
+    if failed:
+        head += f", {failed} did not get ready"
+    weights = [x["weights"] for x in out if x["ready"] and x["weights"].get("gbps") is not None]
+    if weights:
+        w = weights[len(weights) // 2]
+        head += f", weights {L.seconds_words(w['seconds'])} at {w['gbps']:.2f} GB/s"
+    verdicts = {x["against"]["bound"] for x in out if x["ready"]} - {"unknown"}
+    if disk and disk.get("gbps") is not None:
+        head += f"; this disk reads {disk['gbps']:.2f} GB/s"
+        if len(verdicts) == 1:
+            head += {"disk": ": disk-bound", "not disk": ": not disk-bound",
+                     "page cache": ": read from the page cache"}[verdicts.pop()]
+    else:
+        head += "; disk floor not measured"
+    return head
+
+
+# ------------------------------------------------------------------------------------------- command
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="What model loads cost: a plan's expected downtime from "
+                                                       "the host's measured loads, or a job's loads in words.",
+                                epilog="Exit status: 0 on success, 2 on bad input or usage (one line on stderr).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    e = sub.add_parser("expect", help="the downtime N loads cost at the host's last measured load, as JSON")
+    e.add_argument("--loads", required=True, type=int, help="model loads the job will cost")
+    e.add_argument("--under", metavar="DIR", help="the host's artifacts (artifacts/HOST): its measured loads")
+    s = sub.add_parser("show", help="a job's loads, phase by phase, against the disk's floor, in words")
+    s.add_argument("dir", metavar="DIR", help="the job's directory (its job.json)")
+    return p
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    if args.command == "expect":
+        if args.loads < 0:
+            raise LoadInputError(f"--loads {args.loads}: give the number of model loads, 0 or more")
+        return [json.dumps(expected(args.loads, last_load(args.under)))]
+    path = Path(args.dir) / JOB_JSON
+    record = read_json(path, "job record", LoadInputError)
+    s = summary(job_loads(record, str(path)), record.get("disk"))
+    lines = [f"load {x['n']} ({x['variant'] or 'the normal service'}): {x['words']}; {x['against_words']}"
+             for x in s["loads"]]
+    return [*lines, s["disk_words"], s["clause"] or "no load recorded"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(PROG, lambda: "\n".join(run(args)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
