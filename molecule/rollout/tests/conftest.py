@@ -1,0 +1,65 @@
+"""Fixtures for the rollout suite (helpers: molecule/resources/testlib.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import testinfra
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
+
+from testlib import ROOT, UNIT, assert_normal_service
+
+FIRST, SECOND = "vllm-mol-rollout-a", "vllm-mol-rollout-b"
+FAULT_DIR = "/run/vllm-standin"
+
+
+class Box:
+    """One sandbox host, read as an operator would: systemd, /proc, files."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.host = testinfra.get_host(f"podman://{name}")
+
+    def prop(self, name: str) -> str:
+        return self.host.check_output(f"systemctl show {UNIT} -p {name} --value")
+
+    def main_pid(self) -> int:
+        return int(self.prop("MainPID"))
+
+    def argv(self) -> list[str]:
+        return self.host.file(f"/proc/{self.main_pid()}/cmdline").content_string.split("\0")[:-1]
+
+    def environ(self) -> dict[str, str]:
+        text = self.host.file(f"/proc/{self.main_pid()}/environ").content_string
+        return dict(item.split("=", 1) for item in text.split("\0") if "=" in item)
+
+    def sha(self, path: str) -> str:
+        return self.host.check_output(f"sha256sum {path} 2>/dev/null | cut -c1-64 || true")
+
+
+@pytest.fixture
+def hosts():
+    return {name: Box(name) for name in (FIRST, SECOND)}
+
+
+@pytest.fixture(autouse=True)
+def healthy_after(hosts):
+    """Every test leaves both hosts on the normal, healthy service, with no fault switch left."""
+    yield
+    for box in hosts.values():
+        box.host.run(f"rm -f {FAULT_DIR}/*")
+        assert_normal_service(box.host)
+
+
+def start_playbook(playbook: str, *args: str) -> subprocess.Popen:
+    """ansible-playbook in the background, in its own session (so that a test can SIGKILL it as a group)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    return subprocess.Popen(
+        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(ROOT / playbook),
+         *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
