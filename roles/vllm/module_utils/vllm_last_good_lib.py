@@ -220,3 +220,27 @@ def describe(manifest):
     version = record.get("served_version") or record.get("version") or "unknown version"
     return "vLLM %s (%s), kept %s" % (version, record.get("executable") or "?", manifest.get("saved_at") or "?")
 
+
+def kept_versions(history, keep):
+    """The virtual environments of the ``keep`` versions the host ran healthy most recently (by
+    ``last_saved_at``, newest first)."""
+    out = []
+    for entry in sorted(history or [], key=lambda h: h.get("last_saved_at") or "", reverse=True):
+        venv = entry.get("venv_dir")
+        if venv and venv not in out:
+            out.append(venv)
+        if len(out) >= keep:
+            break
+    return out
+
+
+def prune_plan(candidates, history, keep, protect=()):
+    """The version directories to remove: of ``candidates`` (those the role installed), every one the
+    host ran (it is in ``history``) that is neither among the ``keep`` it ran most recently nor in
+    ``protect``. A version installed and not run yet (a new one, or one whose canary regressed) is
+    left alone; nothing goes with ``keep`` 0."""
+    if keep <= 0:
+        return []
+    ran = {h.get("venv_dir") for h in history or [] if h.get("venv_dir")}
+    kept = set(kept_versions(history, keep)) | {p for p in protect if p}
+    return sorted(c for c in candidates if c in ran and c not in kept)

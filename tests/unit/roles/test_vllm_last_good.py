@@ -168,3 +168,33 @@ def test_the_description_names_the_version_the_server_gave(host):
     _, manifest = save(host)
     assert lkg.describe(manifest) == "vLLM 0.32.0 (/opt/vllm/0.32.0/bin/vllm), kept 2026-12-01T10:00:00Z"
 
+
+def history(*entries):
+    return [{"version": v, "venv_dir": f"/opt/vllm/{v}", "last_saved_at": at} for v, at in entries]
+
+
+def test_the_versions_kept_are_the_last_ones_run_the_rest_the_role_installed_removed():
+    ran = history(("0.30.0", "2026-10-01T00:00:00Z"), ("0.31.0", "2026-11-01T00:00:00Z"),
+                  ("0.32.0", "2026-12-01T00:00:00Z"))
+    installed = ["/opt/vllm/0.30.0", "/opt/vllm/0.31.0", "/opt/vllm/0.32.0", "/opt/vllm/0.34.0"]
+    assert lkg.kept_versions(ran, 2) == ["/opt/vllm/0.32.0", "/opt/vllm/0.31.0"]
+    # 0.34.0 was installed and has not run yet: it stays, as does the running one.
+    assert lkg.prune_plan(installed, ran, 2, protect=["/opt/vllm/0.32.0"]) == ["/opt/vllm/0.30.0"]
+    assert lkg.prune_plan(installed, ran, 1, protect=["/opt/vllm/0.31.0"]) == ["/opt/vllm/0.30.0"]
+    assert lkg.prune_plan(installed, ran, 1) == ["/opt/vllm/0.30.0", "/opt/vllm/0.31.0"]
+    # A directory the role did not install (no mark: not a candidate) is never removed.
+    assert lkg.prune_plan(["/opt/vllm/0.32.0"], ran, 1) == []
+
+
+def test_a_rollback_makes_the_older_version_the_most_recent_again():
+    ran = history(("0.31.0", "2026-12-03T00:00:00Z"), ("0.32.0", "2026-12-02T00:00:00Z"),
+                  ("0.30.0", "2026-11-01T00:00:00Z"))
+    assert lkg.prune_plan(["/opt/vllm/0.30.0", "/opt/vllm/0.31.0", "/opt/vllm/0.32.0"], ran, 2) == ["/opt/vllm/0.30.0"]
+
+
+def test_nothing_is_removed_without_a_history_or_with_keep_0():
+    installed = ["/opt/vllm/0.31.0"]
+    assert lkg.prune_plan(installed, [], 2) == []
+    assert lkg.prune_plan(installed, history(("0.31.0", "2026-11-01T00:00:00Z"),
+                                             ("0.32.0", "2026-12-01T00:00:00Z")), 0) == []
+    assert lkg.prune_plan(installed, history(("0.32.0", "2026-12-01T00:00:00Z")), 0) == []
