@@ -6,7 +6,7 @@ import importlib.util
 import itertools
 from pathlib import Path
 
-LIB = Path(__file__).resolve().parents[3] / "roles/vllm_experiment/module_utils/vllm_bench_lib.py"
+LIB = Path(__file__).resolve().parents[3] / "roles/vllm_bench/module_utils/vllm_bench_lib.py"
 spec = importlib.util.spec_from_file_location("vllm_bench_lib", LIB)
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
