@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import testinfra
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import ROOT, UNIT, assert_normal_service
+from testlib import ROOT, UNIT, assert_normal_service, run_playbook
 
 FIRST, SECOND = "vllm-mol-rollout-a", "vllm-mol-rollout-b"
 FAULT_DIR = "/run/vllm-standin"
@@ -63,3 +64,13 @@ def start_playbook(playbook: str, *args: str) -> subprocess.Popen:
         [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(ROOT / playbook),
          *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True)
+
+
+def rollout(tmp_path, change=None, *args: str):
+    """rollout.yml with its artifacts under tmp_path; returns (play, the rollout's report.json or None)."""
+    extra = {"vllm_rollout_artifacts_dir": str(tmp_path)}
+    if change is not None:
+        extra["vllm_rollout_change"] = change
+    play = run_playbook("rollout.yml", "-e", json.dumps(extra), *args)
+    reports = sorted((tmp_path / "rollout").glob("*/report.json"))
+    return play, json.loads(reports[-1].read_text()) if reports else None
