@@ -139,6 +139,18 @@ def test_a_good_change_reaches_every_host_with_the_canarys_figures_and_downtime(
     # The inventory's settings, as edited (here on the command line): a new release, one argument
     # less for it, one version kept (0.32.0 goes once 0.33.0 is healthy; 0.34.0 has not run: it stays).
     edited = {"vllm_version": "0.33.0", "vllm_extra_args": ARGS_FOR_0_33, "vllm_versions_keep": 1}
+    # A check run first: every host's checks, what a real run would do, nothing changed.
+    pids = {name: box.main_pid() for name, box in hosts.items()}
+    check_dir = tmp_path / "check"
+    check = run_playbook("rollout.yml", "--check", "-e",
+                         json.dumps({"vllm_rollout_artifacts_dir": str(check_dir), **edited}))
+    assert check.rc == 0, check.output[-4000:]
+    plans = [r["msg"] for one in check.data["plays"] for t in one["tasks"] if t["task"]["name"].endswith(
+        "Say what a real run would do") for r in t["hosts"].values()]
+    assert plans[0].startswith("Check mode: the preflight passed; a real run would benchmark the service of "
+                               f"{FIRST} as it runs, apply the change (")
+    assert plans[1].startswith("Check mode: the preflight passed; a real run would apply the change (")
+    assert {name: box.main_pid() for name, box in hosts.items()} == pids and not check_dir.exists()
     play = run_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path), **edited}))
     assert play.rc == 0, play.output[-4000:]
     (directory,) = (tmp_path / "rollout").iterdir()
