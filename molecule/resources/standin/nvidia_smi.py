@@ -7,6 +7,9 @@ GPUs are the numeric device files matched by GPU_SIM_DEVICE_GLOB (default
 device file open (found through /proc/*/fd, so run it as root to see all, as
 the real tool does); the memory a process uses is the MiB in its claim file
 GPU_SIM_CLAIM_DIR/<pid> (written by the vLLM stand-in's workers), else 256.
+Each GPU's PCIe link is Gen5 x16 (GPU_SIM_PCIE_GEN, GPU_SIM_PCIE_WIDTH); an idle GPU (no
+holder) reports Gen1, as a real one lowers its link speed when idle; the fault switch
+pcie-link-degraded in VLLM_STANDIN_FAULT_DIR trains chosen GPUs' links lower.
 
 Python 3.11 standard library only. See README.md next to this file.
 """
@@ -36,7 +39,20 @@ GPU_FIELDS = {  # query name -> (header, unit)
     "memory.used": ("memory.used", "MiB"),
     "memory.total": ("memory.total", "MiB"),
     "memory.free": ("memory.free", "MiB"),
+    "utilization.gpu": ("utilization.gpu", "%"),
+    # Deprecated since driver 5xx in favour of gpucurrent, still answered, as the real tool does.
+    "pcie.link.gen.current": ("pcie.link.gen.current", None),
+    "pcie.link.gen.gpucurrent": ("pcie.link.gen.gpucurrent", None),
+    "pcie.link.gen.max": ("pcie.link.gen.max", None),
+    "pcie.link.gen.gpumax": ("pcie.link.gen.gpumax", None),
+    "pcie.link.gen.hostmax": ("pcie.link.gen.hostmax", None),
+    "pcie.link.width.current": ("pcie.link.width.current", None),
+    "pcie.link.width.max": ("pcie.link.width.max", None),
 }
+P2P_CAPABILITIES = {"r": "P2P Read", "w": "P2P Write", "n": "NVLink", "a": "Atomics", "p": "PCIe"}
+P2P_LEGEND = ["", "Legend:", "", "  X    = Self", "  OK   = Status Ok", "  CNS  = Chipset not supported",
+              "  GNS  = GPU not supported", "  TNS  = Topology not supported", "  NS   = Not supported",
+              "  U    = Unknown"]
 APP_FIELDS = {
     "pid": ("pid", None),
     "process_name": ("process_name", None),
@@ -85,6 +101,66 @@ def gpu_uuid(index):
 
 def bus_id(index):
     return f"00000000:{BUS_IDS[index % len(BUS_IDS)]}:00.0"
+
+
+def _knob_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def fault_path(name):
+    return os.path.join(os.environ.get("VLLM_STANDIN_FAULT_DIR", "/run/vllm-standin"), name)
+
+
+def read_switch(name):
+    """A fault switch's content, or None when it is off (absent)."""
+    try:
+        with open(fault_path(name), encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def degraded_links(gpus):
+    """``{index: (width, gen or None)}`` from the switch ``pcie-link-degraded``: one token per GPU,
+    ``INDEX``, ``INDEX:xWIDTH``, ``INDEX:genGEN`` or ``INDEX:xWIDTH:genGEN`` (spaces or commas between
+    tokens); an index alone trains x4 at its generation; an empty switch degrades every GPU."""
+    content = read_switch("pcie-link-degraded")
+    if content is None:
+        return {}
+    tokens = [t for t in re.split(r"[\s,]+", content) if t]
+    if not tokens:
+        return {index: (4, None) for index in gpus}
+    out = {}
+    for token in tokens:
+        index, *parts = token.split(":")
+        width, gen = 4, None
+        if any(p.startswith("gen") for p in parts) and not any(p.startswith("x") for p in parts):
+            width = None
+        for part in parts:
+            if part.startswith("x") and part[1:].isdigit():
+                width = int(part[1:])
+            elif part.startswith("gen") and part[3:].isdigit():
+                gen = int(part[3:])
+        if index.isdigit():
+            out[int(index)] = (width, gen)
+    return out
+
+
+def p2p_unsupported():
+    """Pairs ``{(i, j)}`` the switch ``p2p-read-unsupported`` marks CNS in ``topo -p2p r``: tokens
+    ``I-J`` (spaces or commas between them); an empty switch marks every pair."""
+    content = read_switch("p2p-read-unsupported")
+    if content is None:
+        return set()
+    pairs = set()
+    for token in (t for t in re.split(r"[\s,]+", content) if t):
+        left, _, right = token.partition("-")
+        if left.isdigit() and right.isdigit():
+            pairs |= {(int(left), int(right)), (int(right), int(left))}
+    return pairs or {"all"}
 
 
 def holders(gpus):
@@ -143,16 +219,32 @@ class Snapshot:
         self.holders = holders(self.gpus)
         self.apps = [(index, pid, claimed_mib(pid))
                      for index, pids in self.holders.items() for pid in pids]
+        self.degraded = degraded_links(self.gpus)
+
+    def link(self, index):
+        """``(gen current, gen max, width current, width max)``: the maximum is what the GPU and
+        the slot support; the current speed drops to Gen1 while the GPU idles (no holder)."""
+        gen_max, width_max = _knob_int("GPU_SIM_PCIE_GEN", 5), _knob_int("GPU_SIM_PCIE_WIDTH", 16)
+        width, gen = self.degraded.get(index, (None, None))
+        trained_gen = min(gen or gen_max, gen_max)
+        return (trained_gen if self.holders[index] else 1, gen_max,
+                min(width or width_max, width_max), width_max)
 
     def used(self, index):
         return sum(mib for i, _, mib in self.apps if i == index)
 
     def gpu_value(self, index, field):
+        gen, gen_max, width, width_max = self.link(index)
         values = {
             "index": index, "name": gpu_name(), "uuid": gpu_uuid(index),
             "pci.bus_id": bus_id(index), "count": len(self.gpus),
             "driver_version": DRIVER, "memory.used": self.used(index),
             "memory.total": total_mib(), "memory.free": total_mib() - self.used(index),
+            "utilization.gpu": 45 if self.holders[index] else 0,
+            "pcie.link.gen.current": gen, "pcie.link.gen.gpucurrent": gen,
+            "pcie.link.gen.max": gen_max, "pcie.link.gen.gpumax": gen_max,
+            "pcie.link.gen.hostmax": gen_max,
+            "pcie.link.width.current": width, "pcie.link.width.max": width_max,
         }
         return values[GPU_FIELDS[field][0]]
 
@@ -249,6 +341,29 @@ def topology(gpus):
     return out
 
 
+def p2p_matrix(gpus, capability):
+    """``nvidia-smi topo -p2p CAP``: OK for every pair (a PCIe switch with P2P on), NS for NVLink
+    on a host whose GPU_SIM_TOPO_LINK is not NV#, CNS for the pairs the switch
+    p2p-read-unsupported names (read only), then the legend."""
+    nvlink = os.environ.get("GPU_SIM_TOPO_LINK", "PIX").startswith("NV")
+    off = p2p_unsupported() if capability == "r" else set()
+    names = [f"GPU{i}" for i in gpus]
+    out = ["\t" + "\t".join(names)]
+    for i in gpus:
+        cells = []
+        for j in gpus:
+            if i == j:
+                cells.append("X")
+            elif capability == "n" and not nvlink:
+                cells.append("NS")
+            elif "all" in off or (i, j) in off:
+                cells.append("CNS")
+            else:
+                cells.append("OK")
+        out.append(f" GPU{i}\t" + "\t".join(cells))
+    return out + P2P_LEGEND
+
+
 def parse_args(argv):
     opts = {"query_gpu": None, "query_apps": None, "format": None, "list": False,
             "only": None}
@@ -290,12 +405,13 @@ def fields_of(text):
 
 def run(argv):
     if argv[:1] == ["topo"]:
-        if argv[1:] != ["-m"]:
+        p2p = len(argv) == 3 and argv[1] == "-p2p" and argv[2] in P2P_CAPABILITIES
+        if argv[1:] != ["-m"] and not p2p:
             raise Usage('Invalid combination of input arguments. Please run "nvidia-smi topo -h" for help.')
         gpus = find_gpus()
         if not gpus:
             raise Usage("No devices were found", 6)
-        return topology(gpus)
+        return p2p_matrix(gpus, argv[2]) if p2p else topology(gpus)
     opts = parse_args(argv)
     if opts["query_gpu"] is not None or opts["query_apps"] is not None:
         query, table = (opts["query_gpu"], GPU_FIELDS) if opts["query_gpu"] is not None \

@@ -16,6 +16,14 @@ call on rank 0, the median of every rank, and the bandwidths as nccl-tests compu
 all-reduce at the median: ``algbw = bytes / time`` and ``busbw = algbw * 2 (n - 1) / n``
 (GB/s = 1e9 bytes per second).
 
+The GPU's memory bandwidth, for the decode ledger's weight floor (``device_copy`` in the JSON):
+with NCCL, each rank's GPU also copies a ``--copy-mib`` buffer (default 1 GiB, far above any L2;
+0 skips it) to another of the same size, device to device (``torch`` ``copy_``), ``--reps``
+loops of :data:`COPIES` copies timed with CUDA events, at the same time on every rank after the
+all-reduces. ``hbm_gbps`` = (bytes read + bytes written) / the median time of one copy, that is
+``2 * bytes / time`` (1e9 bytes per second), on rank 0, and ``hbm_gbps_by_rank``; None with gloo,
+``{bytes, error}`` where a rank could not copy (its GPU memory was short), which fails nothing.
+
 Message sizes: those decode uses, ``hidden_size * batch size * element size`` for each
 ``--batch-sizes`` entry, from the model's ``config.json`` (``hidden_size`` and ``torch_dtype``
 at its top level or under ``text_config``), plus a ladder of powers of two (``--ladder``).
@@ -42,6 +50,7 @@ import traceback
 PROG = "allreduce_bench"
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 DEFAULT_LADDER = [1 << k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
+COPIES = 10  # device-to-device copies per timed loop
 
 
 class Usage(Exception):
@@ -81,6 +90,29 @@ def bandwidths(nbytes: int, seconds: float, world: int) -> tuple[float | None, f
         return None, None
     algbw = nbytes / seconds / 1e9
     return algbw, algbw * 2 * (world - 1) / world if world > 1 else algbw * 0.0
+
+
+def copy_bandwidth(nbytes: int, seconds: float) -> float | None:
+    """GB/s of a device-to-device copy of ``nbytes``: the bytes read plus the bytes written."""
+    return 2 * nbytes / seconds / 1e9 if seconds > 0 else None
+
+
+def copy_report(copy: dict | None, nbytes: int, reps: int) -> dict | None:
+    """The JSON's ``device_copy`` from the ranks' copy timings (rank 0's loops, every rank's median)."""
+    if copy is None:
+        return None
+    errors = [e for e in copy["errors"] if e]
+    if errors:
+        return {"bytes": nbytes, "error": errors[0]}
+    times, medians = copy["times_us"], copy["medians_us"]
+    median = statistics.median(times)
+    gbps = copy_bandwidth(nbytes, median * 1e-6)
+    return {"bytes": nbytes, "copies": COPIES, "reps": reps, "median_us": round(median, 3),
+            "p90_us": round(percentile(times, 90), 3), "min_us": round(min(times), 3),
+            "hbm_gbps": None if gbps is None else round(gbps, 1),
+            "hbm_gbps_by_rank": [round(copy_bandwidth(nbytes, m * 1e-6) or 0.0, 1) for m in medians],
+            "timing": f"CUDA events around {COPIES} copies of {nbytes} bytes device to device (torch copy_), "
+                      f"{reps} loops; GB/s = (bytes read + bytes written) / the median time of one copy"}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -134,7 +166,31 @@ def _loops(dist, x, device, iters, reps, graph):
     return times
 
 
-def _worker(rank, world, backend, port, sizes, dtype, warmup, iters, reps, graphs, timeout_s, result_path):
+def _copy_times(device, nbytes, reps):
+    """µs per device-to-device copy of ``nbytes`` on this rank's GPU, one figure per timed loop."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(COPIES):
+            dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / COPIES)  # ms -> µs
+    del src, dst
+    torch.cuda.empty_cache()
+    return times
+
+
+def _worker(rank, world, backend, port, sizes, dtype, warmup, iters, reps, graphs, timeout_s, result_path,
+            copy_bytes=0):
     import datetime
 
     import torch
@@ -168,9 +224,19 @@ def _worker(rank, world, backend, port, sizes, dtype, warmup, iters, reps, graph
         per_size.append({"times_us": graph_times or times, "eager_times_us": times if graph_times else None,
                          "medians_us": medians, "elements": n})
         del x
+    copy = None
+    if device is not None and copy_bytes > 0:
+        times, error = None, None
+        try:
+            times = _copy_times(device, copy_bytes, reps)
+        except RuntimeError as exc:  # out of memory: say so, the all-reduce floor stands
+            error = f"rank {rank}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+        gathered = [None] * world
+        dist.all_gather_object(gathered, (statistics.median(times) if times else None, error))
+        copy = {"times_us": times, "medians_us": [m for m, _ in gathered], "errors": [e for _, e in gathered]}
     if rank == 0:
         with open(result_path, "w", encoding="utf-8") as fh:
-            json.dump(per_size, fh)
+            json.dump({"sizes": per_size, "copy": copy}, fh)
     dist.destroy_process_group()
 
 
@@ -180,14 +246,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def measure(world, backend, sizes, dtype, warmup, iters, reps, graphs, timeout_s):
-    """Run the ranks; return rank 0's per-size timings. Raises Failed."""
+def measure(world, backend, sizes, dtype, warmup, iters, reps, graphs, timeout_s, copy_bytes=0):
+    """Run the ranks; return rank 0's ``{sizes: per-size timings, copy: the copy's or None}``. Raises Failed."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="allreduce-bench-") as tmp:
         result = os.path.join(tmp, "rank0.json")
         ctx = mp.start_processes(_worker, args=(world, backend, _free_port(), sizes, dtype, warmup, iters, reps,
-                                                graphs, timeout_s, result),
+                                                graphs, timeout_s, result, copy_bytes),
                                  nprocs=world, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout_s
         try:
@@ -243,10 +309,12 @@ def run(args) -> dict:
     # One rank moves no data: NCCL launches no kernel for its in-place all-reduce (a graph of such
     # calls is empty), so only the call-by-call loop, the host's cost per call, is measured.
     graphs = backend == "nccl" and not args.no_graphs and world > 1
-    raw = measure(world, backend, sizes, dtype, args.warmup, args.iters, args.reps, graphs, args.timeout_s)
+    copy_bytes = args.copy_mib * (1 << 20) if backend == "nccl" else 0
+    raw = measure(world, backend, sizes, dtype, args.warmup, args.iters, args.reps, graphs, args.timeout_s,
+                  copy_bytes)
     by_batch = {b: bs for bs, b in decode}
     rows = []
-    for nbytes, r in zip(sizes, raw):  # noqa: B905 - the host may run Python 3.9 (no strict=)
+    for nbytes, r in zip(sizes, raw["sizes"]):  # noqa: B905 - the host may run Python 3.9 (no strict=)
         times = r["times_us"]
         median = statistics.median(times)
         algbw, busbw = bandwidths(nbytes, median * 1e-6, world)
@@ -271,6 +339,7 @@ def run(args) -> dict:
         "user": _user(),
         **env, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 3), "sizes": rows,
+        "device_copy": copy_report(raw["copy"], copy_bytes, args.reps),
         "note": ("one rank: NCCL moves no data (an in-place all-reduce of one rank launches no kernel); the figures "
                  "are the host's cost per call through torch.distributed, not an all-reduce floor") if world == 1
         else None,
@@ -313,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-graphs", action="store_true",
                    help="with NCCL, time only calls launched one by one (default: also replayed from a CUDA graph, "
                         "which the figures then are)")
+    p.add_argument("--copy-mib", type=int, default=1024,
+                   help="MiB each GPU copies device to device for its memory bandwidth (1024; 0: not measured)")
     p.add_argument("--check", action="store_true", help="print what this Python can run (JSON) and exit")
     p.add_argument("--label", help="a name for this run, kept in the JSON (the variant's name)")
     p.add_argument("--out", help="where to write the JSON result (default stdout)")
@@ -327,6 +398,8 @@ def main(argv=None) -> int:
             return 0
         if args.iters < 1 or args.reps < 1 or args.warmup < 0:
             raise Usage("--iters and --reps must be at least 1, --warmup at least 0")
+        if args.copy_mib < 0:
+            raise Usage("--copy-mib must be at least 0")
         result = run(args)
     except Usage as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -8,8 +8,9 @@ DOCUMENTATION = r"""
 module: vllm_bench_serve
 short_description: Run vLLM's own benchmark against the server on the host, with /metrics around it
 description:
-  - Runs C(vllm bench serve) (random dataset, fixed input and output lengths, C(--ignore-eos),
-    C(--request-rate inf) with O(concurrency) requests in flight) against O(base_url), and saves its
+  - Runs C(vllm bench serve) (random dataset with fixed input and output lengths, or with
+    O(dataset_path) vLLM's custom dataset of those prompts; C(--ignore-eos), C(--request-rate inf) with
+    O(concurrency) requests in flight, C(--temperature) pinned) against O(base_url), and saves its
     JSON result as O(result_dir)/O(result_filename).
   - Reads the server's C(/metrics) counters before and after the run (speculative decoding's
     C(vllm:spec_decode_*), C(vllm:num_preemptions_total), C(vllm:request_success_total)) and returns
@@ -27,6 +28,16 @@ options:
   concurrency: {description: Requests in flight at once (C(--max-concurrency))., type: int, required: true}
   warmups: {description: Warm-up requests before the measured ones (C(--num-warmups))., type: int, default: 0}
   seed: {description: The random dataset's seed (the same prompts for every variant)., type: int, default: 0}
+  temperature:
+    description: Sampling temperature of every request (C(--temperature)); 0 is greedy, what a comparison wants.
+    type: float
+    default: 0
+  dataset_path:
+    description:
+      - A JSONL file of prompts on the host (one C({"prompt": ...}) object a line), sent instead of random
+        tokens (C(--dataset-name custom)); each is answered with O(output_len) tokens. Empty - the random dataset.
+    type: path
+    default: ""
   extra_args: {description: Further C(vllm bench serve) arguments., type: list, elements: str, default: []}
   environment: {description: Environment of the benchmark process., type: dict, default: {}}
   api_key: {description: The server's API key (passed as C(OPENAI_API_KEY))., type: str, default: "", no_log: true}
@@ -87,6 +98,8 @@ def main():
             concurrency=dict(type="int", required=True),
             warmups=dict(type="int", default=0),
             seed=dict(type="int", default=0),
+            temperature=dict(type="float", default=0.0),
+            dataset_path=dict(type="path", default=""),
             extra_args=dict(type="list", elements="str", default=[]),
             environment=dict(type="dict", default={}),
             api_key=dict(type="str", default="", no_log=True),

@@ -62,21 +62,39 @@ def read_metrics(url, timeout_s=10.0):
 
 
 def bench_argv(params):
-    """The ``vllm bench serve`` command line for one point of an experiment."""
+    """The ``vllm bench serve`` command line for one point of an experiment.
+
+    The load is vLLM's random dataset, or with ``dataset_path`` its custom dataset (a JSONL file
+    of ``{"prompt": ...}`` lines, each answered with ``output_len`` tokens: ``--custom-output-len``),
+    EOS ignored either way so every request makes the same number of tokens. ``--temperature`` is
+    pinned (``temperature``, 0 unless given: vLLM's benchmark no longer asks for greedy sampling by
+    default, so the server's default sampler would be measured); ``extra_args`` come last, so a
+    ``--temperature`` among them wins."""
     argv = [
         params["executable"], "bench", "serve",
         "--base-url", params["base_url"],
         "--model", params["model"],
         "--tokenizer", params["tokenizer"],
-        "--dataset-name", "random",
-        "--random-input-len", str(params["input_len"]),
-        "--random-output-len", str(params["output_len"]),
+    ]
+    if params.get("dataset_path"):
+        argv += ["--dataset-name", "custom", "--dataset-path", params["dataset_path"],
+                 "--custom-output-len", str(params["output_len"])]
+    else:
+        argv += ["--dataset-name", "random",
+                 "--random-input-len", str(params["input_len"]),
+                 "--random-output-len", str(params["output_len"])]
+    argv += [
         "--num-prompts", str(params["num_prompts"]),
         "--max-concurrency", str(params["concurrency"]),
         "--request-rate", "inf",
         "--ignore-eos",
         "--num-warmups", str(params["warmups"]),
         "--seed", str(params["seed"]),
+    ]
+    temperature = params.get("temperature", 0)
+    if temperature is not None:
+        argv += ["--temperature", format_number(temperature)]
+    argv += [
         "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,90,99",
         "--save-result",
@@ -84,6 +102,12 @@ def bench_argv(params):
         "--result-filename", params["result_filename"],
     ]
     return argv + [str(a) for a in params.get("extra_args") or []]
+
+
+def format_number(value):
+    """``0`` for 0.0, ``0.7`` for 0.7: a float as short as it reads."""
+    number = float(value)
+    return str(int(number)) if number.is_integer() else repr(number)
 
 
 def summary(result):

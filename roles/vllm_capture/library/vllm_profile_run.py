@@ -13,6 +13,10 @@ description:
     each one's first token (TTFT) and the time per further output token (TPOT), then
     C(POST /stop_profile), which returns only when every rank has written its trace.
   - Once the profiler was started it is always stopped, also when requests failed.
+  - With O(fabric_nvidia_smi), reads the GPUs' PCIe links while the profiled requests run (from the
+    first token on, every O(fabric_interval_s), until they end), keeping per GPU the reading with its
+    link most up, and once the processes on the GPUs and the read peer-to-peer matrix; returned as
+    RV(fabric), judged on the controller (C(vllm_ops.fabric)). Failing to read is recorded, never an error.
   - Runs on the host itself against the loopback address the profiling variant listens on.
 options:
   base_url:
@@ -66,6 +70,14 @@ options:
     description: Seconds C(/stop_profile) may take (it waits for every rank's trace).
     type: float
     default: 1800
+  fabric_nvidia_smi:
+    description: The host's nvidia-smi, asked for the PCIe links during the profiled requests; empty reads none.
+    type: str
+    default: ""
+  fabric_interval_s:
+    description: Seconds between two readings of the links (each is one nvidia-smi run beside the server).
+    type: float
+    default: 2
 author: vllm-ops
 """
 
@@ -88,6 +100,14 @@ vllm_version:
   description: The server's version (C(GET /version)).
   type: str
   returned: always
+fabric:
+  description:
+    - What was read of the PCIe links - C(read), C(reason) (why not), C(during), C(interval_s), C(samples),
+      C(failed_samples), C(query) (the fields asked), C(gpus) (per GPU the reading kept - C(index), C(bus_id),
+      C(uuid), C(gen_current), C(gen_max), C(gen_gpu_max), C(gen_host_max), C(width_current), C(width_max),
+      C(utilization_pct), C(at_s)), C(compute_apps), C(p2p_read) (the text of topo -p2p r), C(errors).
+  type: dict
+  returned: always
 """
 
 import json
@@ -97,6 +117,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.vllm_fabric_lib import Sampler, not_asked
 
 
 class CampaignError(Exception):
@@ -117,8 +138,8 @@ def post(url, body, timeout, headers=None):
         raise CampaignError("%s: %s" % (url, getattr(exc, "reason", exc))) from exc
 
 
-def stream_completion(base_url, headers, body, timeout):
-    """One streamed completion: (ttft_ms, tpot_ms or None, tokens)."""
+def stream_completion(base_url, headers, body, timeout, on_token=None):
+    """One streamed completion: (ttft_ms, tpot_ms or None, tokens); ``on_token`` is called at each token."""
     request = urllib.request.Request(
         base_url + "/v1/completions", data=json.dumps(dict(body, stream=True)).encode(), method="POST",
         headers=dict({"Content-Type": "application/json"}, **headers))
@@ -140,6 +161,8 @@ def stream_completion(base_url, headers, body, timeout):
                     first = first if first is not None else now
                     last = now
                     tokens += 1
+                    if on_token is not None:
+                        on_token()
     except urllib.error.HTTPError as exc:
         raise CampaignError("completion answered %s: %s" % (exc.code, exc.read()[:200])) from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
@@ -150,7 +173,7 @@ def stream_completion(base_url, headers, body, timeout):
     return (first - started) * 1000, tpot, tokens
 
 
-def run(params, clock=time.monotonic):
+def run(params, clock=time.monotonic, sampler=None):
     base = params["base_url"].rstrip("/")
     headers = {"Authorization": "Bearer %s" % params["api_key"]} if params["api_key"] else {}
     body = {"model": params["model"], "prompt": params["prompt"], "max_tokens": params["output_tokens"],
@@ -177,15 +200,23 @@ def run(params, clock=time.monotonic):
         raise CampaignError("/start_profile answered %s: %s" % (status, answer[:200]))
 
     results, failure = [], None
+    if sampler is None and params.get("fabric_nvidia_smi"):
+        sampler = Sampler(params["fabric_nvidia_smi"], params.get("fabric_interval_s", 2))
+    on_token = sampler.busy if sampler is not None else None
     try:
+        if sampler is not None:
+            sampler.start()
         with ThreadPoolExecutor(max_workers=params["concurrency"]) as pool:
-            futures = [pool.submit(stream_completion, base, headers, body, timeout) for _ in range(params["requests"])]
+            futures = [pool.submit(stream_completion, base, headers, body, timeout, on_token)
+                       for _ in range(params["requests"])]
             for future in futures:
                 try:
                     results.append(future.result())
                 except CampaignError as exc:
                     failure = failure or exc
     finally:
+        if sampler is not None:
+            sampler.stop()  # before the flush: the GPUs idle from here on
         started = clock()
         try:
             status, answer = post(base + "/stop_profile", None, params["stop_timeout_s"])
@@ -203,6 +234,7 @@ def run(params, clock=time.monotonic):
         "output_tokens": [r[2] for r in results],
         "stop_profile_s": round(stop_s, 3),
         "vllm_version": version,
+        "fabric": sampler.record() if sampler is not None else not_asked("not asked (no nvidia-smi given)"),
     }
 
 
@@ -221,6 +253,8 @@ def main():
             max_iterations=dict(type="int", default=0),
             request_timeout_s=dict(type="float", default=600),
             stop_timeout_s=dict(type="float", default=1800),
+            fabric_nvidia_smi=dict(type="str", default=""),
+            fabric_interval_s=dict(type="float", default=2),
         ),
         supports_check_mode=False,
     )

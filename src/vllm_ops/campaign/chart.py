@@ -1,6 +1,7 @@
 """PNG charts of a campaign: kernel time per decode step by category, one stacked bar per rank
 (:func:`write_chart`; kernel-time sums, so all-reduce includes waiting), and each decode step's
-period split into its parts, per rank, outliers marked (:func:`write_steps_chart`).
+period split into its parts, per rank, outliers marked (:func:`write_steps_chart`), and the decode
+ledger's parts of the steady step, each measured beside its floor (:func:`write_ledger_chart`).
 
 Nothing unmeasured is drawn as a zero-height bar: a rank whose trace has no GPU kernels gets
 "no GPU kernels: not measured" where its bar would stand, and when no rank has any (vLLM's
@@ -13,6 +14,7 @@ import os
 from collections.abc import Mapping
 
 from ..charts import HIGHLIGHT, PALETTE, figure, save_png
+from ..ledger import FLOORED_PARTS, PARTS
 from ..traces.summary import exposed_allreduce
 from .figures import check_summary, decode_figures, rank_measured
 
@@ -205,3 +207,68 @@ def write_steps_chart(summary: Mapping, path: str | os.PathLike, *, host: str | 
     path = save_png(fig, path)
     return {"path": str(path), "ranks": [r.get("rank") for r in ranks], "steps": drawn, "left_out": left,
             "note": note}
+
+
+LEDGER_BARS = (("measured", "#4c72b0"), ("floor", "#55a868"))
+
+
+def ledger_line(drawn: Mapping) -> str:
+    """What :func:`write_ledger_chart` did, in one line: ``wrote PATH (14 bars, 2 ranks)``."""
+    note = f"; {drawn['note']}" if drawn["note"] else ""
+    return f"wrote {drawn['path']} ({drawn['bars']} bars, {len(drawn['ranks'])} ranks{note})"
+
+
+def write_ledger_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None = None,
+                       campaign_id: str | None = None) -> dict:
+    """The decode ledger (the summary's ``ledger``), per rank: each part of the steady decode step,
+    measured, beside its floor (ms), with "not measured" written where the ledger left a figure
+    null, never a bar of height 0. PNG, atomic write. Returns ``{path, ranks, bars, note}``; a
+    summary without a ledger (no checkpoint given) gets a text instead of bars (``note``)."""
+    check_summary(summary)
+    ledger = summary.get("ledger") or {}
+    ranks = [r for r in ledger.get("ranks") or [] if r.get("parts")]
+    rows = max(1, len(ranks))
+    fig = figure(11.0, 2.8 * rows + 1.2)
+    where = ", ".join(p for p in (host, f"campaign {campaign_id}" if campaign_id else None) if p)
+    fig.suptitle("The steady decode step against its floor, part by part (ms per step)"
+                 + (f"\n{where}" if where else ""), fontsize=11)
+    note = None
+    if not ranks:
+        ax = fig.add_subplot()
+        note = ("no decode ledger: no checkpoint was given (capture.json's checkpoint)" if not ledger else
+                "the decode ledger has no rank with a steady decode step")
+        ax.text(0.5, 0.5, f"No ledger chart:\n{note}.", ha="center", va="center", wrap=True, transform=ax.transAxes)
+        ax.set_axis_off()
+    axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0] if ranks else []
+    bars = 0
+    for ax, r in zip(axes, ranks, strict=False):
+        parts = {p["part"]: p for p in r["parts"]}
+        xs = list(range(len(PARTS)))
+        top = max([v for p in parts.values() for v in (p.get("measured_ms"), p.get("floor_ms")) if v] or [1.0])
+        for k, (key, colour) in enumerate(LEDGER_BARS):
+            values = [(parts.get(name) or {}).get(f"{key}_ms") for name in PARTS]
+            at = [x + (k - 0.5) * 0.38 for x in xs]
+            shown = [(x, v) for x, v in zip(at, values, strict=True) if v is not None]
+            ax.bar([x for x, _ in shown], [v for _, v in shown], width=0.36, color=colour, label=key, zorder=3)
+            bars += len(shown)
+            for x, v in zip(at, values, strict=True):
+                if v is None:
+                    ax.text(x, 0.02 * top, "not\nmeasured", ha="center", va="bottom", fontsize=7, rotation=90)
+        ax.set_xticks(xs, [name.replace("_", " ") + ("" if name in FLOORED_PARTS else "\n(floor 0: no term)")
+                           for name in PARTS], fontsize=8)
+        fl = r.get("floors") or {}
+        headroom = (f"headroom {r['headroom_ms']:.2f} ms" if r.get("headroom_ms") is not None else
+                    f"headroom at most {r['headroom_at_most_ms']:.2f} ms" if r.get("headroom_at_most_ms") is not None
+                    else "headroom not measured")
+        bw = r.get("bandwidth") or {}
+        ax.set_title(f"rank {r.get('rank')}: period {r['period_ms']:.2f} ms, floor "
+                     + (f"{fl['total']:.2f} ms" if fl.get("total") is not None else "not measured")
+                     + f", {headroom}; bandwidth "
+                     + (f"{bw['gbps']:.0f} GB/s ({bw.get('source')})" if bw.get("gbps") else "unknown"), fontsize=9)
+        ax.set_ylabel("ms", fontsize=9)
+        ax.set_ylim(0, top * 1.15)
+        ax.grid(axis="y", alpha=0.3, zorder=0)
+    if ranks:
+        axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    path = save_png(fig, path)
+    return {"path": str(path), "ranks": [r.get("rank") for r in ranks], "bars": bars, "note": note}

@@ -6,7 +6,10 @@
      path, settings {model_path, gpu_memory_utilization, max_model_len, extra_args}, profiler_config,
      load {requests, concurrency, batch_size, prompt_tokens, output_tokens, warmup_requests,
            stop_profile_s},
-     samples {ttft_ms: [ms...], tpot_ms: [ms...]}, traces [{rank, path, file, bytes, sha256}...]}
+     samples {ttft_ms: [ms...], tpot_ms: [ms...]}, traces [{rank, path, file, bytes, sha256}...],
+     checkpoint (optional: the module vllm_checkpoint's record of the model's safetensors headers, for
+                 the decode ledger; null when the capture did not read it),
+     fabric (optional: the PCIe links read during the profiled requests, for vllm_ops.fabric)}
 
 ``job.json`` (:func:`load_job`, optional): what the job skeleton recorded after the restore::
 
@@ -122,6 +125,8 @@ def load_capture(directory: str | os.PathLike) -> dict:
         "environment": _environment(f, data), "path": f.string(data, "path"),
         "settings": _settings(f, data), "profiler_config": data.get("profiler_config"),
         "load": _load(f, data), "samples": _samples(f, data), "traces": _traces(f, data),
+        "checkpoint": f.mapping(data, "checkpoint", required=False) or None,
+        "fabric": f.mapping(data, "fabric", required=False) or None,
     }
     if not out["path"].startswith(("live", "restart")):
         raise f.fail("path", f"must say 'live (...)' or 'restart (...)', got {out['path']!r}")

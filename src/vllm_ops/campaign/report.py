@@ -1,14 +1,17 @@
 """``vllm-campaign-report analyze DIR``: one process takes a campaign's files in and writes every
 output, as ``vllm-experiment-report analyze`` does for an experiment.
 
-In (DIR, written by the Ansible side; :mod:`.inputs`): the traces, ``capture.json``,
-``topology.txt``, optionally ``job.json``; the all-reduce floor given, or the newest
-``allreduce-unit.json`` under ``--floors-under``.
+In (DIR, written by the Ansible side; :mod:`.inputs`): the traces, ``capture.json`` (with the
+checkpoint's record and the PCIe links read during the capture), ``topology.txt``, optionally
+``job.json``; the all-reduce floor given, or the newest ``allreduce-unit.json`` under
+``--floors-under``.
 Out (DIR, each file written atomically): ``summary.json`` (the trace summary, with the
-interconnect and TP size as context), ``campaign.json`` (:func:`campaign_record`), ``decode.png``,
-``steps.png``, ``report.md`` (the template shipped in the package, or ``--template``, rendered
-with :func:`report_figures`), and with ``--history`` the campaign's row appended to that CSV.
-Printed: one line per file, the headline last (computed once, here, and passed to the report).
+interconnect and TP size as context, the decode ledger from the capture's checkpoint record and the
+PCIe findings, :func:`pcie`), ``campaign.json`` (:func:`campaign_record`), ``decode.png``,
+``steps.png``, ``ledger.png`` (with a ledger), ``report.md`` (the template shipped in the package, or
+``--template``, rendered with :func:`report_figures`), and with ``--history`` the campaign's row
+appended to that CSV. Printed: one line per file, the headline last (computed once, here, and
+passed to the report).
 """
 
 from __future__ import annotations
@@ -18,19 +21,20 @@ import os
 import re
 from collections.abc import Mapping
 
-from .. import artifacts
+from .. import artifacts, fabric
 from ..allreduce import UNIT_RESULT, AllreduceInputError
 from ..job import JobInputError, downtime_text, duration, now_iso
+from ..ledger import LedgerInputError
 from ..render import render
 from ..traces import summarize, to_markdown
-from .chart import chart_line, steps_line, write_chart, write_steps_chart
+from .chart import chart_line, ledger_line, steps_line, write_chart, write_ledger_chart, write_steps_chart
 from .errors import CampaignInputError
 from .figures import headline
 from .history import append_history, history_row
 from .inputs import load_capture, load_job, read_topology, trace_files
 from .latency import latency_stats
 
-__all__ = ["TEMPLATE", "analyze", "campaign_record", "render_report", "report_figures"]
+__all__ = ["TEMPLATE", "analyze", "campaign_record", "pcie", "render_report", "report_figures"]
 
 TEMPLATE = "campaign_report.md.j2"
 # Environment names that look like secrets: the report prints "(hidden)" instead of their value.
@@ -46,11 +50,25 @@ def choose_floor(floor: str | None, floors_under: str | None) -> str | None:
     return artifacts.find_newest(floors_under, UNIT_RESULT, FLOOR_DEPTH) if floors_under else None
 
 
+def pcie(capture: Mapping) -> dict:
+    """The capture's PCIe links judged (:func:`vllm_ops.fabric.assess`) and their findings
+    (:func:`vllm_ops.fabric.findings`), once: ``{assessment, findings}``."""
+    try:
+        assessment = fabric.assess(capture)
+    except fabric.FabricInputError as exc:
+        raise CampaignInputError(f"{artifacts.CAPTURE_JSON}: {exc}; re-run the campaign (its capture reads the "
+                                 "links)") from None
+    return {"assessment": assessment, "findings": fabric.findings(assessment)}
+
+
 def campaign_record(directory: str, capture: Mapping, job: Mapping | None, topology: Mapping,
-                    floor: str | None) -> dict:
+                    floor: str | None, links: Mapping, ledger: bool = False) -> dict:
     """``campaign.json``: what the campaign did and measured, the report's ``campaign`` dict less
     its summary. ``finished_at`` and ``downtime`` are the job's, when it recorded them (job.json);
-    else now and null (a profiled variant, reported mid-experiment)."""
+    else now and null (a profiled variant, reported mid-experiment). ``fabric`` is :func:`pcie`'s
+    answer (``links``); ``checkpoint`` what the ledger was given (the record's path and bytes, or
+    why there are none), null when the capture read no checkpoint; ``ledger_png`` the ledger's chart,
+    null without a ledger (``ledger`` false: no checkpoint record, so none is drawn)."""
     return {
         "id": capture["id"], "host": capture["host"], "started_at": capture["started_at"],
         "finished_at": job["finished_at"] if job else now_iso(), "model": capture["model"],
@@ -60,8 +78,11 @@ def campaign_record(directory: str, capture: Mapping, job: Mapping | None, topol
         "settings": capture["settings"], "profiler_config": capture["profiler_config"], "load": capture["load"],
         "latency": {key: latency_stats(capture["samples"][key]) for key in ("ttft_ms", "tpot_ms")},
         "traces": capture["traces"],
+        "checkpoint": None if capture.get("checkpoint") is None else {
+            k: capture["checkpoint"].get(k) for k in ("path", "bytes", "tensors", "error")},
+        "fabric": dict(links),
         "summary_json": artifacts.SUMMARY_JSON, "chart_png": artifacts.DECODE_PNG, "steps_png": artifacts.STEPS_PNG,
-        "report": os.path.join(directory, artifacts.REPORT_MD),
+        "ledger_png": artifacts.LEDGER_PNG if ledger else None, "report": os.path.join(directory, artifacts.REPORT_MD),
     }
 
 
@@ -98,7 +119,36 @@ def report_figures(campaign: Mapping, headline_text: str | None = None) -> dict:
                     "sha256": t.get("sha256")}
                    for t in sorted(campaign.get("traces") or [], key=lambda t: t.get("rank"))],
         "trace_tables": to_markdown({**summary, "warnings": []}),
+        "pcie_links": pcie_rows(campaign.get("fabric")),
     }
+
+
+def pcie_rows(links: Mapping | None) -> dict:
+    """The report's table of the PCIe links (``campaign.fabric``, :func:`pcie`), in words: ``{checked,
+    reason, during, rank_basis, rows: [{gpu, bus_id, rank, width, generation, utilization, share,
+    degraded}], findings: [sentence]}``; a figure nvidia-smi did not give is "-"."""
+    assessment = (links or {}).get("assessment") or {}
+    rows = []
+    for link in assessment.get("links") or []:
+        def pair(cur, top, prefix=""):
+            return "-" if cur is None and top is None else f"{prefix}{_dash(cur)} of {prefix}{_dash(top)}"
+        generation = pair(link.get("gen_current"), link.get("gen_max"), "Gen")
+        if link.get("generation_judged") is False and link.get("gen_max") is not None:
+            generation += " (idle reading: not judged)"
+        share = link.get("bandwidth_share")
+        rows.append({"gpu": link.get("index"), "bus_id": link.get("bus_id") or "-",
+                     "rank": _dash(link.get("rank")), "width": pair(link.get("width_current"), link.get("width_max"),
+                                                                    "x"),
+                     "generation": generation, "utilization": _dash(link.get("utilization_pct"), "%"),
+                     "share": "-" if share is None else f"{100 * share:.0f}%",
+                     "degraded": ", ".join(link.get("degraded") or []) or "no"})
+    return {"checked": bool(assessment.get("checked")), "reason": assessment.get("reason"),
+            "during": assessment.get("during"), "rank_basis": assessment.get("rank_basis"), "rows": rows,
+            "findings": [fabric.describe(f) for f in (links or {}).get("findings") or []]}
+
+
+def _dash(value, unit: str = "") -> str:
+    return "-" if value is None else f"{value}{unit}"
 
 
 def render_report(campaign: Mapping, figures: Mapping | None = None, template: str | os.PathLike | None = None) -> str:
@@ -120,13 +170,17 @@ def analyze(directory: str, *, history: str | None = None, template: str | None 
     topology = read_topology(directory)
     floor = choose_floor(allreduce_floor, floors_under)
     context = {"interconnect": topology["interconnect"], "tensor_parallel_size": capture["tensor_parallel_size"]}
+    links = pcie(capture)
     try:
         summary = summarize(trace_files(directory, capture), decode_pattern=decode_pattern or None, context=context,
-                            allreduce_floor=floor)
+                            allreduce_floor=floor, checkpoint=capture["checkpoint"], fabric=links["findings"])
     except AllreduceInputError as exc:
         raise CampaignInputError(f"{exc}; give another --allreduce-floor, or measure the floor again "
                                  "(playbooks/allreduce_bench.yml)") from None
-    record = campaign_record(directory, capture, job, topology, floor)
+    except LedgerInputError as exc:
+        raise CampaignInputError(f"{os.path.join(directory, artifacts.CAPTURE_JSON)}: 'checkpoint': {exc}; re-run the "
+                                 "campaign (its capture reads the checkpoint's headers)") from None
+    record = campaign_record(directory, capture, job, topology, floor, links, ledger=summary["ledger"] is not None)
     campaign = {**record, "summary": summary}
     line = headline(record["host"], summary, None, record["downtime"])
     text = render_report(campaign, report_figures(campaign, line), template)
@@ -139,6 +193,9 @@ def analyze(directory: str, *, history: str | None = None, template: str | None 
                                         campaign_id=record["id"])))
     lines.append(steps_line(write_steps_chart(summary, out(directory, artifacts.STEPS_PNG), host=record["host"],
                                               campaign_id=record["id"])))
+    if record["ledger_png"]:
+        lines.append(ledger_line(write_ledger_chart(summary, out(directory, record["ledger_png"]), host=record["host"],
+                                                    campaign_id=record["id"])))
     lines.append(f"wrote {artifacts.write_text(record['report'], text)}")
     if row is not None:
         created = append_history(history, row)

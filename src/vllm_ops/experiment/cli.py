@@ -3,6 +3,10 @@ CSV rows, headline). The playbook runs it with ``ansible.builtin.command`` on th
 
     vllm-experiment-report analyze DIR [--history CSV] [--template J2]
     vllm-experiment-report combine --out OUT [--history CSV] [--template J2] DIR...
+    vllm-experiment-report prompts FILE
+
+``prompts`` checks a prompts file for the benchmark's custom dataset (:mod:`.prompts`) and
+prints ``{path, prompts, words}`` as JSON; the ``vllm_bench`` role runs it before anything restarts.
 
 Both write ``report.json`` (layout: :mod:`vllm_ops.experiment.report`), ``throughput.png``,
 ``tpot.png`` and ``report.md`` (into DIR, or OUT for a fleet; the Markdown from the template
@@ -22,6 +26,7 @@ from ..cliutil import run_command
 from .chart import write_throughput_chart, write_tpot_chart
 from .history import COLUMN_DOCS, append_experiment
 from .inputs import load_experiment
+from .prompts import check_prompts
 from .render import render_markdown
 from .report import build_report
 
@@ -47,11 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--history", metavar="CSV", help=csv_help)
     c.add_argument("--template", metavar="J2", help="render OUT/report.md from this template instead of the "
                                                     "package's")
+    pr = sub.add_parser("prompts", help="check a prompts file (JSONL, one {\"prompt\": ...} a line) for "
+                                        "vllm bench serve's custom dataset; print its size as JSON")
+    pr.add_argument("file", metavar="FILE", help="the prompts file")
     return p
 
 
 def run(args: argparse.Namespace) -> list[str]:
     """Do one command; return the lines to print, the headline last."""
+    if args.command == "prompts":
+        return [json.dumps(check_prompts(args.file))]
     dirs = [args.dir] if args.command == "analyze" else args.dirs
     out = Path(args.dir if args.command == "analyze" else args.out)
     report = build_report([load_experiment(d) for d in dirs])

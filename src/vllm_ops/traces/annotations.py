@@ -15,15 +15,27 @@ Families (tried in order, first match wins):
   ``execute_{T}_context_{n}(sq{a}sk{b}sqsq{c}sqsk{d})_generation_{m}(sq..sk..sqsq..sqsk..)``;
   ``sq`` is the sum of query lengths (the group's scheduled tokens), ``sk`` the sum of key
   lengths.
+* ``sglang`` — SGLang's form (as TraceLens parses it): ``step[DECODE bs=N ...]``,
+  ``step[EXTEND bs=N toks=T ...]`` (a prefill step) or ``step[MIXED bs=N c=n g=m ...]``,
+  optionally with the detailed ``c_sq=``/``g_sq=`` (and ``sk``, ``sqsq``, ``sqsk``) fields;
+  ``bs`` is the requests in the step.
 * ``profiler_step`` — ``ProfilerStep#N`` (torch's ``profiler.step()``): a step of unknown
-  content, used as a decode step only when no rank has a vLLM step (with a warning).
+  content, used as a decode step only when no rank has an engine step of any phase (see
+  :mod:`.summary`).
 
 Parsed fields (``StepName``): ``phase`` is ``decode`` (no context request, at least one
 generation request), ``prefill`` (context requests only), ``mixed`` (both) or ``empty``
 (neither: vLLM annotates idle iterations too; never a step); ``context_requests`` (n) and
 ``generation_requests`` (m); ``batch_size`` = n + m, the requests in the step;
-``scheduled_tokens`` = T where the name gives it, else the sum of the groups' token counts.
-Fields a name does not give are None.
+``scheduled_tokens`` = T where the name gives it, else the sum of the groups' token counts;
+``context_tokens`` and ``generation_tokens``: the token counts of the context (prefill) and the
+generation (decode) group (vLLM: the group's first number, or its ``sq``; SGLang: ``c_sq``/``g_sq``,
+``toks`` of an EXTEND step, ``bs`` of a plain DECODE step); ``key_tokens``: the sum of the decode
+requests' key lengths, their context read from the KV cache (the generation group's ``sk`` in vLLM's
+detailed form, SGLang's ``g_sk``; vLLM's native form does not give it). Fields a name does not give
+are None.
+``ENGINE_FAMILIES`` are the families of inference engines (vLLM, SGLang): a step of one of them
+says the trace is an engine's, whatever its phase.
 
 A user's ``--decode-pattern`` overrides the families for decode steps: a span whose name it
 matches is a decode step (parsed fields where a family also parses the name, else None).
@@ -48,6 +60,9 @@ class StepName:
     context_requests: int | None = None
     generation_requests: int | None = None
     scheduled_tokens: int | None = None
+    context_tokens: int | None = None
+    generation_tokens: int | None = None
+    key_tokens: int | None = None
 
     @property
     def batch_size(self) -> int | None:
@@ -72,21 +87,47 @@ def _sq(text: str) -> int:
     return int(hit.group(1)) if hit else 0
 
 
-def _vllm_parser(family: str, group_tokens: Callable[[str], int]) -> Callable[[re.Match], StepName]:
-    """The parser of one vLLM form: request counts, and the scheduled tokens (T where the name
-    gives it, else the sum of the groups' token counts, read by ``group_tokens``)."""
+def _sk(text: str) -> int | None:
+    hit = re.match(r"sq\d+sk(\d+)", text)
+    return int(hit.group(1)) if hit else None
+
+
+def _vllm_parser(family: str, group_tokens: Callable[[str], int],
+                 group_keys: Callable[[str], int | None] | None = None) -> Callable[[re.Match], StepName]:
+    """The parser of one vLLM form: request counts, the scheduled tokens (T where the name gives
+    it, else the sum of the groups' token counts, read by ``group_tokens``) and, where the form
+    has them, the generation group's key lengths (``group_keys``)."""
 
     def parse(m: re.Match) -> StepName:
         n, m_ = int(m["n"]), int(m["m"])
         total = m["total"]
-        tokens = int(total) if total else group_tokens(m["ctok"]) + group_tokens(m["gtok"])
-        return StepName(family, _phase(n, m_), n, m_, tokens)
+        ctok, gtok = group_tokens(m["ctok"]), group_tokens(m["gtok"])
+        tokens = int(total) if total else ctok + gtok
+        keys = group_keys(m["gtok"]) if group_keys is not None else None
+        return StepName(family, _phase(n, m_), n, m_, tokens, ctok, gtok, keys)
 
     return parse
 
 
 def _profiler_step(_m: re.Match) -> StepName:
     return StepName("profiler_step", None)
+
+
+def _sglang(m: re.Match) -> StepName:
+    """``step[MODE bs=N key=value ...]``: DECODE (generation requests only), EXTEND (context
+    requests only: a prefill step) or MIXED (``c=``/``g=`` request counts where given)."""
+    kv = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m["body"])}
+    mode, bs = m["mode"], kv.get("bs")
+    if mode == "DECODE":
+        g_tok = kv.get("g_sq", bs)
+        return StepName("sglang", DECODE if bs else EMPTY, 0, bs, g_tok, 0, g_tok, kv.get("g_sk"))
+    if mode == "EXTEND":
+        c_tok = kv.get("toks", kv.get("c_sq"))
+        return StepName("sglang", PREFILL if bs else EMPTY, bs, 0, c_tok, c_tok, 0)
+    n, m_ = kv.get("c"), kv.get("g")
+    c_tok, g_tok = kv.get("c_sq"), kv.get("g_sq")
+    tokens = c_tok + g_tok if c_tok is not None and g_tok is not None else kv.get("toks")
+    return StepName("sglang", MIXED, n, m_, tokens, c_tok, g_tok, kv.get("g_sk"))
 
 
 _TOKENS = r"\d+(?:_\d+)*"
@@ -99,10 +140,12 @@ FAMILIES: tuple[tuple[str, re.Pattern, Callable[[re.Match], StepName]], ...] = (
         rf"_generation_(?P<m>\d+)\((?P<gtok>{_TOKENS})\)$"), _vllm_parser("vllm", _first_int)),
     ("vllm_detailed", re.compile(
         rf"^execute_(?:(?P<total>\d+)_)?context_(?P<n>\d+)\((?P<ctok>{_DETAILED})\)"
-        rf"_generation_(?P<m>\d+)\((?P<gtok>{_DETAILED})\)$"), _vllm_parser("vllm_detailed", _sq)),
+        rf"_generation_(?P<m>\d+)\((?P<gtok>{_DETAILED})\)$"), _vllm_parser("vllm_detailed", _sq, _sk)),
+    ("sglang", re.compile(r"^step\[(?P<mode>DECODE|EXTEND|MIXED)\b(?P<body>[^\]]*)\]$"), _sglang),
     ("profiler_step", re.compile(r"^ProfilerStep#\d+$"), _profiler_step),
 )
 FALLBACK_FAMILY = "profiler_step"
+ENGINE_FAMILIES = ("vllm", "vllm_detailed", "sglang")
 
 
 def parse_step_name(name: str) -> StepName | None:
@@ -144,7 +187,10 @@ class StepMatcher:
                 parsed = StepName(parsed.family if parsed else "pattern", phase,
                                   *(() if parsed is None else (parsed.context_requests,
                                                                parsed.generation_requests,
-                                                               parsed.scheduled_tokens)))
+                                                               parsed.scheduled_tokens,
+                                                               parsed.context_tokens,
+                                                               parsed.generation_tokens,
+                                                               parsed.key_tokens)))
                 break
             if parsed is not None and (parsed.phase == phase or (phase == DECODE and parsed.phase is None)):
                 parsed = None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 
 from ..errors import VllmOpsError
@@ -38,10 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
                "2 on bad input or usage.",
     )
     p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="trace files (*.pt.trace.json.gz, *.json, *.json.gz) or directories holding them")
+                   help="trace files (*.pt.trace.json.gz, *.json, *.json.gz) or directories holding them: in a "
+                        "directory with *.pt.trace.json[.gz] files, those (and *rank{N}*.json[.gz]) are the rank "
+                        "traces, vLLM's front-end trace (*.async_llm.*) and other files are skipped; the file "
+                        "stdout is redirected to is never read")
     p.add_argument("--decode-pattern", metavar="REGEX", default=None,
                    help=f"regex for decode step annotations (default: {DEFAULT_DECODE_PATTERN}, "
-                        f"falling back to {FALLBACK_DECODE_PATTERN} when no rank has any)")
+                        f"falling back to {FALLBACK_DECODE_PATTERN} when no rank has an engine step of any phase)")
     p.add_argument("--prefill-pattern", metavar="REGEX", default=None,
                    help=f"regex for prefill step annotations (default: {DEFAULT_PREFILL_PATTERN})")
     p.add_argument("--format", choices=("json", "markdown"), default="json", help="output format (default json)")
@@ -64,8 +69,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allreduce-floor", metavar="FILE",
                    help="the host's all-reduce floor (allreduce_bench.py's JSON), set beside each collective's "
                         "transfer and used by the verdict")
+    p.add_argument("--checkpoint", metavar="DIR_OR_JSON",
+                   help="the model's checkpoint, for the decode ledger (how far the steady decode step is from "
+                        "its floor, part by part): its directory (config.json and the safetensors headers are read, "
+                        "never a tensor), or its bytes already read: a JSON file of the record (the module "
+                        "vllm_checkpoint's) or a campaign's capture.json, whose checkpoint it is")
+    p.add_argument("--tokens", type=int, metavar="N",
+                   help="tokens per decode step for the ledger, instead of what the steps' names say (a "
+                        "--decode-pattern step says nothing)")
+    p.add_argument("--key-tokens", type=int, metavar="N",
+                   help="the decode requests' context lengths summed, per step, for the ledger's KV-cache floor, "
+                        "instead of what the steps' names say (vLLM's detailed annotation; its native form does not "
+                        "say); 0 for a step that reads no KV cache")
     p.add_argument("--list-categories", action="store_true", help="print the category table and exit")
     return p
+
+
+def _output_file() -> list[tuple[int, int]]:
+    """The file stdout is redirected to (``> summary.json`` creates it before the summary reads
+    the directory), as ``(st_dev, st_ino)``, so that the summary never reads it."""
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [(st.st_dev, st.st_ino)] if stat.S_ISREG(st.st_mode) else []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         summary = summarize(
             args.paths, decode_pattern=args.decode_pattern, prefill_pattern=args.prefill_pattern,
             keep_going=args.keep_going, top=args.top, categories=args.category or None, jobs=args.jobs,
-            parser=args.parser, context=context, allreduce_floor=args.allreduce_floor,
+            parser=args.parser, context=context, allreduce_floor=args.allreduce_floor, exclude=_output_file(),
+            checkpoint=args.checkpoint, tokens=args.tokens, key_tokens=args.key_tokens,
         )
-    except VllmOpsError as exc:  # a trace's, or the all-reduce floor's (vllm_ops.allreduce)
+    except VllmOpsError as exc:  # a trace's, the all-reduce floor's (vllm_ops.allreduce), the checkpoint's
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

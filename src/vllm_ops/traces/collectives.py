@@ -22,6 +22,15 @@ Definitions:
   ``algbw_gbps``/``busbw_gbps`` are the medians over its (steady) calls of each call's figure.
 * The **straggler** is the rank that arrives last at the largest share of the collectives,
   named when that share is at least :data:`STRAGGLER_MIN_SHARE`.
+* **Bounds, when ranks of the group are missing** (:func:`bounds`): the all-reduce time per
+  step of one rank, as an interval, because without the other ranks' durations its transfer
+  cannot be told from its waiting. ``low_ms_per_step``: each call counted at the rank's own
+  shortest call of its message size (element count and dtype; calls without them count as one
+  size) over the whole capture, summed per step: the time a call of that size takes when the
+  rank waited for no one (it arrived last at that call), a lower bound of the transfer when
+  the rank arrived last at one call of each size at least, as some rank always does.
+  ``high_ms_per_step``: the rank's all-reduce kernel time per step, waiting included. Both are
+  means over the given steps.
 """
 
 from __future__ import annotations
@@ -149,6 +158,26 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int], 
         out["straggler"] = {"rank": top, "last_arrival_share": round(share, 4), "named": share >= STRAGGLER_MIN_SHARE,
                             "threshold": STRAGGLER_MIN_SHARE}
     return out
+
+
+def bounds(calls: Mapping, steps: Sequence[int]) -> dict | None:
+    """One rank's all-reduce time per step as an interval (ms) over ``steps`` (see the module
+    docstring); ``calls`` is the rank's ``timeline.allreduce_calls`` dict. None without calls."""
+    dur = np.asarray(calls["dur"], float)
+    if not len(dur) or not len(steps):
+        return None
+    size = [(e, d) for e, d in zip(calls["nelems"], calls["dtype"], strict=True)]
+    shortest: dict = {}
+    for k, d in zip(size, dur.tolist(), strict=True):
+        shortest[k] = min(shortest.get(k, d), d)
+    step = np.asarray(calls["step"])
+    low = np.array([shortest[k] for k in size])
+    inside = np.isin(step, list(steps))
+    n = len(steps)
+    return {"low_ms_per_step": _r(float(low[inside].sum()) / n / 1000.0, 4),
+            "high_ms_per_step": _r(float(dur[inside].sum()) / n / 1000.0, 4),
+            "sizes": len(shortest), "sizes_known": all(e is not None and d is not None for e, d in shortest),
+            "steps": n}
 
 
 def _mode(values: Sequence) -> object:

@@ -15,12 +15,24 @@ therefore keeps only what the analysis needs, in compact form:
   as ``(ts, correlation)`` (16 bytes, ``_LAUNCH``), spilled the
   same way; graph launches are also listed apart. These attribute a kernel to the CPU
   annotation whose span holds its launch (traces without GPU annotations: ROCm, some CUDA
-  set-ups), and give each kernel its launch time;
+  set-ups), and give each kernel its launch time. Which API they belong to (``cuda``/``cu``:
+  CUDA, ``hip``: HIP) is counted (:attr:`TraceData.launch_apis`);
+* the host calls that waited for the GPU, as ``(ts, dur)`` (:attr:`TraceData.host_waits`):
+  synchronizing calls (:data:`WAIT_NAME`: ``cudaStreamSynchronize``, ``cudaDeviceSynchronize``,
+  ``hipEventSynchronize``, ...), copies that are not ``Async`` (``cudaMemcpy``: the host waits for
+  the copy), and launch calls that took at least :data:`BLOCKED_CALL_US` (a launch returns in
+  microseconds unless the launch queue is full, so the host waits for the GPU to drain it; a host
+  descheduled during a launch reads the same). A trace has few: they are kept in memory;
 * the step annotations, CPU and GPU, that the caller's ``matcher`` recognizes (see
   :mod:`.annotations`), with their ``External id`` (which pairs a GPU span with its CPU
   span), and capped tables of every annotation name seen;
 * for the activities whose name ``keep_calls`` selects (the all-reduce kernels), the
-  collective's arguments NCCL records: element count, dtype and process group.
+  collective's arguments NCCL records: element count, dtype and process group;
+* the top-level ``distributedInfo``, ``deviceProperties`` and ``vllm_version`` (vLLM stamps
+  its version into the traces it writes).
+
+GPU activities and step annotations with a negative duration cannot be one capture's: both
+parsers drop them and count them (:attr:`TraceData.negative_durations`).
 
 The two spills are :class:`.spill.Table` s (unlinked temporary files: nothing is left behind,
 however the process ends) that stay on disk: :attr:`TraceData.act_table` and
@@ -75,6 +87,9 @@ from .spill import Table, zip_chunks
 
 GPU_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 TRACE_SUFFIXES = (".json", ".json.gz")
+RANK_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+# vLLM's API server writes its own CPU-only trace, <host>_<pid>.async_llm.<ns>.pt.trace.json.gz.
+FRONTEND_TRACE = re.compile(r"\.async_llm\.")
 # 1 MiB of text at a time: its regex pass holds every event of the chunk as Python objects (about
 # 7x the text at its peak), so the chunk sets the reader's peak; 4 MiB cost 20 MB more and no less CPU.
 CHUNK = 1 << 20
@@ -94,8 +109,14 @@ _SPILL_BUFFER = 1 << 20
 # cudaMemcpyAsync, hipMemcpyHtoDAsync, ...). Each alternative starts with a literal, so the fast
 # path does not backtrack on the other runtime calls.
 LAUNCH_NAME = rb"(?:cuda|cu|hip)(?:Launch|GraphLaunch|ExtLaunch|ModuleLaunch|ExtModuleLaunch|Memcpy|Memset)\w*"
+# Host calls that wait for the GPU by their nature: the synchronizing calls of the three APIs.
+WAIT_NAME = rb"(?:cuda|cu|hip)(?:Stream|Device|Event|Ctx)Synchronize\w*"
+# A launch call at least this long (µs) waited for the GPU (a full launch queue): see the docstring.
+BLOCKED_CALL_US = 1000.0
+_HOST_CALL_NAME = rb"(?:" + LAUNCH_NAME + rb"|" + WAIT_NAME + rb")"
 _GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch")
 _LAUNCH_NAME = re.compile(LAUNCH_NAME.decode())
+_WAIT_NAME = re.compile(WAIT_NAME.decode())
 
 # Where the events start, with the indents of an event's brace and of its keys.
 _FAST_START = re.compile(rb'"traceEvents"\s*:\s*\[[ \t]*(?:\n[ \t]*)*?\n( *)\{\n( *)"')
@@ -116,7 +137,7 @@ def _compact_layout() -> _Layout:
     first line of an event, ``ts`` and ``dur`` on the second, the args on one line."""
     return _Layout(re.compile(
         rb'\n    "ph": "X", "cat": "(' + _FAST_CATS +
-        rb'|cuda_(?:runtime|driver)(?=", "name": "' + LAUNCH_NAME + rb'"))", "name": "([^"\\]*(?:\\.[^"\\]*)*)", '
+        rb'|cuda_(?:runtime|driver)(?=", "name": "' + _HOST_CALL_NAME + rb'"))", "name": "([^"\\]*(?:\\.[^"\\]*)*)", '
         rb'"pid": ([^,\n]*), "tid": [^,\n]*,\n    "ts": ([^,\n]*), "dur": ([^,\n]*),\n    "args": \{\n'
         rb'(?=([^}]*))'  # the args (up to their first '}'; one line in torch 2.x, several in 1.x)
         rb'[ \t]*(?:"External id": (\d+))?'
@@ -131,7 +152,7 @@ def _key_per_line_layout(brace: bytes, key: bytes) -> _Layout:
     k = rb"\n" + key
     return _Layout(re.compile(
         k + rb'"ph": "X",' + k + rb'"cat": "(' + _FAST_CATS +
-        rb'|cuda_(?:runtime|driver)(?=",' + k + rb'"name": "' + LAUNCH_NAME + rb'"))",' + k +
+        rb'|cuda_(?:runtime|driver)(?=",' + k + rb'"name": "' + _HOST_CALL_NAME + rb'"))",' + k +
         rb'"name": "([^"\\]*(?:\\.[^"\\]*)*)",' + k + rb'"pid": ([^,\n]*),' + k + rb'"tid": [^,\n]*,' + k +
         rb'"ts": ([^,\n]*),' + k + rb'"dur": ([^,\n]*?)(?:' + k + rb')?,' + k + rb'"args": \{\n'
         rb'(?=([^}]*))'  # the args (up to their first '}'), for what the groups below miss
@@ -187,6 +208,9 @@ class TraceData:
     gpu_annotation_names: Counter = field(default_factory=Counter)
     cpu_annotation_names: Counter = field(default_factory=Counter)
     graph_launches: list[tuple[float, int]] = field(default_factory=list)  # (ts, correlation)
+    host_waits: list[tuple[float, float]] = field(default_factory=list)  # (ts, dur): host calls that waited
+    launch_apis: Counter = field(default_factory=Counter)  # "CUDA" / "HIP" -> launch calls
+    vllm_version: str | None = None  # the trace's top-level vllm_version (vLLM stamps it)
     # The kept collective calls: activity rows (file order) and, for each, its index into
     # collective_kinds, the distinct (element count, dtype, process group) triples: 12 bytes a call.
     collective_rows: array = field(default_factory=lambda: array("q"))
@@ -196,6 +220,7 @@ class TraceData:
     act_table: Table | None = None  # the GPU activities, ACT_DTYPE, file order
     launch_table: Table | None = None  # the host launch calls, LAUNCH_DTYPE, file order
     bad_events: int = 0
+    negative_durations: int = 0  # GPU activities and step annotations with dur < 0: dropped
 
     def close(self) -> None:
         for t in (self.act_table, self.launch_table):
@@ -263,12 +288,32 @@ def normalize_annotation(name: str) -> str:
 
 
 def find_trace_files(paths: list[str] | str) -> list[str]:
-    """Expand directories into their trace files (sorted); keep files as given."""
+    """The files :func:`find_rank_traces` reads (directories expanded), in order."""
+    return find_rank_traces(paths)[0]
+
+
+def find_rank_traces(paths: list[str] | str, exclude: frozenset = frozenset()) -> tuple[list[str], list[dict], set]:
+    """Expand directories into the rank traces they hold; keep files as given.
+
+    A directory holds rank traces: where it has files named ``*.pt.trace.json[.gz]`` (what
+    torch.profiler writes), those and the ``*.json[.gz]`` files with ``rank{N}`` in the name are
+    its traces, sorted; vLLM's front-end trace (:data:`FRONTEND_TRACE`, the API server's own CPU
+    trace, written beside the ranks') is skipped, and so is any other file there (a previous
+    summary, notes). Where it has none of those, every ``*.json``/``*.json.gz`` file in it is a
+    trace. ``exclude`` holds ``(st_dev, st_ino)`` of files never to read (the summary being
+    written): a directory skips them, a path given by name that is one of them is an error.
+
+    Returns ``(files, skipped, to_prove)``: the files to read, ``[{file, why}]`` for the files
+    a directory held that are not read, and the files read from a directory of rank traces
+    that have no rank in their name: each must prove to be one with its ``distributedInfo``
+    (:mod:`.summary` skips it otherwise)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if not paths:
         raise TraceInputError("no trace paths given")
     files: list[str] = []
+    skipped: list[dict] = []
+    to_prove: set[str] = set()
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
@@ -276,14 +321,44 @@ def find_trace_files(paths: list[str] | str) -> list[str]:
                 os.path.join(p, f) for f in os.listdir(p)
                 if f.endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(p, f))
             )
+            mine = [f for f in found if file_id(f) in exclude]
+            skipped += [{"file": f, "why": "the file this summary is written to"} for f in mine]
+            found = [f for f in found if f not in mine]
             if not found:
                 raise TraceInputError(f"{p}: directory holds no trace files (*.json, *.json.gz)")
-            files.extend(found)
+            ranked = [f for f in found if f.endswith(RANK_TRACE_SUFFIXES) or rank_from_filename(f) is not None]
+            if not any(f.endswith(RANK_TRACE_SUFFIXES) for f in found):
+                ranked = []  # no torch.profiler file names here: every JSON file is a trace
+            here = []
+            for f in found if ranked else []:
+                if FRONTEND_TRACE.search(os.path.basename(f)):
+                    skipped.append({"file": f, "why": "vLLM's front-end (API server) trace: CPU only, no rank"})
+                elif f not in ranked:
+                    skipped.append({"file": f, "why": "not a rank trace (*.pt.trace.json[.gz], or rank{N} in the "
+                                                      "name), in a directory of rank traces"})
+                else:
+                    here.append(f)
+                    if rank_from_filename(f) is None:
+                        to_prove.add(f)
+            if ranked and not here:
+                raise TraceInputError(f"{p}: directory holds no rank traces (only "
+                                      f"{', '.join(os.path.basename(x['file']) for x in skipped[-3:])})")
+            files.extend(here if ranked else found)
         elif os.path.exists(p):
+            if file_id(p) in exclude:
+                raise TraceInputError(f"{p}: is the file this summary is being written to")
             files.append(p)
         else:
             raise TraceInputError(f"{p}: no such file or directory")
-    return files
+    return files, skipped, to_prove
+
+
+def file_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 class _Stream:
@@ -455,6 +530,8 @@ class _Builder:
             for pg in info.get("pg_config") or []:
                 if isinstance(pg, dict) and isinstance(pg.get("pg_size"), int):
                     d.process_groups[str(pg.get("pg_name"))] = pg["pg_size"]
+        version = _top_level_value(stream, "vllm_version")
+        d.vllm_version = version if isinstance(version, str) else None
         props = _top_level_value(stream, "deviceProperties")
         if isinstance(props, list):
             for p in props:
@@ -539,6 +616,16 @@ _KIND = {b"kernel": _ACTIVITY, b"gpu_memcpy": _ACTIVITY, b"gpu_memset": _ACTIVIT
          b"gpu_user_annotation": _SPAN_GPU, b"user_annotation": _SPAN_CPU,
          b"cuda_runtime": _LAUNCH_CALL, b"cuda_driver": _LAUNCH_CALL}
 _GRAPH_NAMES = (b"cudaGraphLaunch", b"cuGraphLaunch", b"hipGraphLaunch")
+_API = {b"c": "CUDA", b"h": "HIP"}
+
+
+def _waited(name: str | bytes, dur: float) -> bool:
+    """Whether a launch, copy or set call waited for the GPU (see the module docstring)."""
+    if dur >= BLOCKED_CALL_US:
+        return True
+    if isinstance(name, bytes):
+        return b"Memcpy" in name and b"Async" not in name
+    return "Memcpy" in name and "Async" not in name
 
 
 def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
@@ -553,6 +640,8 @@ def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
     record, launch = records.append, launches.append
     graph = d.graph_launches.append
     kernels = gpu = 0
+    negative = negative_kernels = 0
+    waits, apis = d.host_waits, d.launch_apis
     row = d.activities
     kind_of = _KIND
     span_names, gpu_names, cpu_names = b._span_names, d.gpu_annotation_names, d.cpu_annotation_names
@@ -560,9 +649,15 @@ def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
         for cat, name, pid, ts, dur, args, ext, corr in layout.event.findall(piece):
             kind = kind_of[cat]
             if kind == _LAUNCH_CALL:
+                t, du = float(ts), float(dur)
+                if b"Synchronize" in name:
+                    waits.append((t, du))
+                    continue
+                apis[_API.get(name[:1], "CUDA")] += 1
+                if _waited(name, du):
+                    waits.append((t, du))
                 c = int(corr) if corr else _arg(args, _CORRELATION)
                 if c >= 0:
-                    t = float(ts)
                     launch(pack_launch(t, c))
                     if name.startswith(_GRAPH_NAMES):
                         graph((t, c))
@@ -571,28 +666,38 @@ def _fast_piece(piece: bytes, b: _Builder, layout: _Layout) -> None:
                     kernels += 1
                 else:
                     gpu += 1
+                du = float(dur)
+                if du < 0:
+                    negative += 1
+                    negative_kernels += cat == b"kernel"
+                    continue
                 nid = intern.get((cat, name))
                 if nid is None:
                     nid = name_id((cat, name), cat.decode(), _decode_json_string(name), pid)
-                record(pack(float(ts), float(dur), nid, int(corr) if corr else _arg(args, _CORRELATION)))
+                record(pack(float(ts), du, nid, int(corr) if corr else _arg(args, _CORRELATION)))
                 if keep[nid]:
                     b.collective(row + len(records) - 1, _collective(args))
             else:
                 is_gpu = kind == _SPAN_GPU
                 gpu += is_gpu
+                du = float(dur)
+                if du < 0:
+                    negative += 1
+                    continue
                 known = span_names.get(name)
                 if known is not None and known[2] is None:  # seen before, not a step: count it only
                     counter = gpu_names if is_gpu else cpu_names
                     if known[1] in counter or len(counter) < _MAX_DISTINCT_NAMES:
                         counter[known[1]] += 1
                     continue
-                b.span(is_gpu, name, float(ts), float(dur), int(ext) if ext else _arg(args, _EXTERNAL_ID))
+                b.span(is_gpu, name, float(ts), du, int(ext) if ext else _arg(args, _EXTERNAL_ID))
     except ValueError:
         raise _LayoutMismatch("non-numeric ts/dur") from None
     if kernels != piece.count(b'"cat": "kernel"') or gpu != piece.count(b'"cat": "gpu_'):
         raise _LayoutMismatch("an event of interest is laid out differently")
     d.activities += len(records)
-    d.kernels += kernels
+    d.kernels += kernels - negative_kernels
+    d.negative_durations += negative
     b.spill.write(b"".join(records))
     b.launch_spill.write(b"".join(launches))
 
@@ -655,6 +760,9 @@ def _general_scan(stream: _Stream, b: _Builder) -> None:
             if x is None:
                 d.bad_events += 1
                 continue
+            if x[2] < 0:
+                d.negative_durations += 1
+                continue
             if cat == "user_annotation" or cat == "gpu_user_annotation":
                 b.span(cat == "gpu_user_annotation", *x, _int_arg(ev, "External id"))
             else:
@@ -674,8 +782,17 @@ def _general_scan(stream: _Stream, b: _Builder) -> None:
                     d.kernels += 1
                 write(pack(ts, dur, nid, _int_arg(ev, "correlation")))
         elif (cat == "cuda_runtime" or cat == "cuda_driver") and ev.get("ph") == "X":
-            name, ts = ev.get("name"), ev.get("ts")
-            if isinstance(name, str) and _is_num(ts) and _LAUNCH_NAME.fullmatch(name):
+            name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
+            if not isinstance(name, str) or not _is_num(ts):
+                continue
+            if _WAIT_NAME.fullmatch(name):
+                if _is_num(dur):
+                    d.host_waits.append((float(ts), float(dur)))
+                continue
+            if _LAUNCH_NAME.fullmatch(name):
+                d.launch_apis["HIP" if name.startswith("hip") else "CUDA"] += 1
+                if _is_num(dur) and _waited(name, float(dur)):
+                    d.host_waits.append((float(ts), float(dur)))
                 corr = _int_arg(ev, "correlation")
                 if corr >= 0:
                     write_launch(pack_launch(float(ts), corr))

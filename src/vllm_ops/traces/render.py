@@ -4,12 +4,19 @@ A rank whose trace holds no GPU kernel events (``gpu_time_measured`` false) gets
 GPU figures: the text says plainly that its GPU time and all-reduce share were not
 measured, and a small table gives what is known (steps, their wall time and where they
 were found). Summaries written before that key existed count as measured.
+
+The decode ledger (the summary's ``ledger``, :mod:`vllm_ops.ledger`) gets a section of its own:
+each part of the steady step beside its floor, per rank, what the ledger could not measure and
+why, and what it cannot see; a figure it left null is written "not measured", never a number.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .. import fabric
+from ..ledger import GEMM_WORDS, PARTS
+from ..ledger import describe as describe_ledger
 from .errors import TraceInputError
 from .summary import NOT_MEASURED
 from .verdict import describe
@@ -26,7 +33,11 @@ def to_markdown(summary: Mapping) -> str:
     measured = [r for r in ranks if _measured(r)]
     if measured:
         out.extend(_verdict(summary))
+        out.extend(_pace(summary))
+        out.extend(_coverage(summary))
+        out.extend(_regimes(summary))
     out.extend(_decomposition(measured))
+    out.extend(_ledger(summary))
     out.extend(_steady(summary, measured))
     out.extend(_collectives(summary))
     out.extend(_by_batch_size(measured))
@@ -78,23 +89,106 @@ def to_markdown(summary: Mapping) -> str:
 
 def verdict_sentence(summary: Mapping) -> str:
     """The verdict and the steady step it rests on, in one line (the campaign headline's body):
-    ``host-bound on rank 0: decode step 16.46 ms; GPU busy 7.97 ms (48%); all-reduce transfer
-    0.46 ms (2.8%); rank 1 waits 7.78 ms for rank 0``."""
+    ``host-bound on rank 1, not steady: decode step 16.49 ms drifting to 19.48 ms (rank 1's host;
+    rank 0's 15.17 ms); GPU 7.08 ms a step; all-reduce transfer 0.459 ms (2.8%)``; a steady one
+    ``host-bound on rank 0: decode step 16.46 ms; host 15.17 ms, GPU 7.10 ms a step; ...``. A
+    second regime adds ``; 7 of 19 decode steps (64% of the decode time) run apart: host-bound on
+    rank 0 at 30.1 ms a step``."""
     v = summary.get("verdict") or {}
     words = describe(v)
     ev = v.get("evidence") or {}
-    if v.get("kind") in (None, "inconclusive") or not ev.get("period_ms"):
-        return words
+    kind = v.get("kind")
+    if kind == "partial":
+        return f"{words}: " + "; ".join(_partial_parts(v, summary))
+    if kind in (None, "inconclusive") or not ev.get("period_ms"):
+        return words + _regimes_part(summary)
     period = ev["period_ms"]
-    parts = [f"decode step {_ms(period)} ms", f"GPU busy {_ms(ev['busy_ms'])} ms ({100 * ev['busy_ms'] / period:.0f}%)",
-             f"all-reduce transfer {_ms(ev['allreduce_transfer_ms'])} ms "
-             f"({100 * ev['allreduce_transfer_ms'] / period:.1f}%)"]
-    if ev.get("max_wait_rank") is not None and ev.get("max_wait_ms"):
+    host, gpu = ev.get("host_ms_per_step"), ev.get("gpu_ms_per_step")
+    if ev.get("steady") is False and ev.get("predicted_period_ms"):
+        limit = ev["rank"]
+        others = {r: h for r, h in (ev.get("host_ms_per_step_by_rank") or {}).items()
+                  if h is not None and str(r) != str(limit)}
+        beside = ""
+        if ev.get("bound") == "host" and others:
+            r_, h_ = max(others.items(), key=lambda kv: kv[1])
+            beside = f"; rank {r_}'s {_ms(h_)} ms"
+        parts = [f"decode step {_ms(period)} ms drifting to {_ms(ev['predicted_period_ms'])} ms "
+                 f"(rank {limit}'s {ev.get('bound') or 'pace'}{beside})"]
+        if gpu is not None and ev.get("bound") == "host":
+            parts.append(f"GPU {_ms(gpu)} ms a step")
+    else:
+        parts = [f"decode step {_ms(period)} ms"]
+        if host is not None and gpu is not None:
+            parts.append(f"host {_ms(host)} ms, GPU {_ms(gpu)} ms a step")
+        else:
+            parts.append(f"GPU busy {_ms(ev['busy_ms'])} ms ({100 * ev['busy_ms'] / period:.0f}%)")
+    if ev.get("allreduce_transfer_ms"):  # none without all-reduce calls (one GPU)
+        parts.append(f"all-reduce transfer {_ms(ev['allreduce_transfer_ms'])} ms "
+                     f"({100 * ev['allreduce_transfer_ms'] / period:.1f}%)")
+    if ev.get("steady") is not False and ev.get("max_wait_rank") is not None and ev.get("max_wait_ms"):
         whom = f" for rank {ev['rank']}" if ev.get("straggler") is not None else ""
         parts.append(f"rank {ev['max_wait_rank']} waits {_ms(ev['max_wait_ms'])} ms{whom}")
-    if v.get("kind") == "compute-bound" and ev.get("top_category"):
+    if kind == "compute-bound" and ev.get("top_category"):
         parts.append(f"{ev['top_category']} {_ms(ev['top_category_ms'])} ms")
-    return f"{words}: " + "; ".join(parts)
+    parts += _ledger_parts(ev, kind)
+    return f"{words}: " + "; ".join(parts) + _regimes_part(summary)
+
+
+FLOOR_WORDS = {"weights": "weight", "kv_cache": "KV-cache", "allreduce": "all-reduce"}
+
+
+def _ledger_parts(ev: Mapping, kind: str | None) -> list[str]:
+    """What the decode ledger adds to the sentence (the verdict's rank): the GEMMs against the
+    weight floor, and the headroom above the step's floor, or the floors it could not measure."""
+    if "gemm_kind" not in ev:
+        return []
+    out = []
+    source = ev.get("bandwidth_source")
+    bw = f"{ev['bandwidth_gbps']:.0f} GB/s, {source}" if ev.get("bandwidth_gbps") else "bandwidth unknown"
+    if kind == "memory-bound":
+        out.append(f"GEMMs {_ms(ev['gemm_ms'])} ms against a weight floor of {_ms(ev['weights_floor_ms'])} ms ({bw})")
+    elif ev.get("hbm_share") is not None:
+        out.append(f"GEMMs at {100 * ev['hbm_share']:.0f}% of HBM bandwidth ({bw}): "
+                   f"{GEMM_WORDS.get(ev['gemm_kind'], ev['gemm_kind'])}")
+    floors = ev.get("floors_ms") or {}
+    unknown = [k for k in FLOOR_WORDS if floors.get(k) is None]
+    if ev.get("headroom_ms") is not None:
+        out.append(f"floor {_ms(floors.get('total'))} ms, headroom {_ms(ev['headroom_ms'])} ms")
+    elif ev.get("headroom_at_most_ms") is not None and len(unknown) < len(FLOOR_WORDS):
+        out.append(f"headroom at most {_ms(ev['headroom_at_most_ms'])} ms above the floor "
+                   f"({', '.join(FLOOR_WORDS[k] for k in unknown)} floor not measured)")
+    else:
+        out.append("decode floor not measured (the decode ledger says why)")
+    return out
+
+
+def _partial_parts(v: Mapping, summary: Mapping) -> list[str]:
+    ev = v.get("evidence") or {}
+    parts = []
+    lo, hi = ev.get("allreduce_low_ms"), ev.get("allreduce_high_ms")
+    if lo is not None and hi is not None:
+        share = (f" ({100 * ev['allreduce_low_share']:.1f}-{100 * ev['allreduce_high_share']:.1f}%)"
+                 if ev.get("allreduce_low_share") is not None and ev.get("allreduce_high_share") is not None else "")
+        parts.append(f"all-reduce {_ms(lo)}-{_ms(hi)} ms a step{share}")
+    if ev.get("host_ms_per_step") is not None and ev.get("gpu_ms_per_step") is not None:
+        parts.append(f"rank {ev['rank']}'s host {_ms(ev['host_ms_per_step'])} ms a step, its GPU at most "
+                     f"{_ms(ev['gpu_ms_per_step'])} ms" + (", not steady" if ev.get("steady") is False else ""))
+    fetch = ((summary.get("coverage") or {}).get("fetch") or [])
+    if fetch:
+        parts.append("fetch " + ", ".join(f"rank {f['rank']}" for f in fetch[:4]) + (" ..." if len(fetch) > 4 else ""))
+    return parts
+
+
+def _regimes_part(summary: Mapping) -> str:
+    regs = summary.get("regimes") or []
+    if not regs:
+        return ""
+    r = max(regs, key=lambda x: x.get("time_share") or 0)
+    v = r.get("verdict") or {}
+    what = describe(v) if v.get("kind") != "inconclusive" else "no verdict"
+    at = f" at {_ms(r['period_ms'])} ms a step" if r.get("period_ms") is not None else ""
+    return (f"; {r['count']} of {r['decode_steps']} decode steps ({100 * r['time_share']:.0f}% of the decode time) "
+            f"run apart: {what}{at}")
 
 
 def _ms(v) -> str:
@@ -112,6 +206,11 @@ def _verdict(summary: Mapping) -> list[str]:
     if ev:
         out += ["| evidence | value |", "| --- | --- |"]
         for key, value in ev.items():
+            if key == "pcie_link" and value:
+                value = "; ".join(fabric.describe(f) for f in value)
+            elif isinstance(value, Mapping):
+                pre = "rank " if key.endswith("_by_rank") else ""
+                value = ", ".join(f"{pre}{k}: {v}" for k, v in value.items() if v is not None) or None
             if value is not None:
                 out.append(f"| {key} | {_cell(value)} |")
         out.append("| thresholds | " + ", ".join(f"{k} {val}" for k, val in (v.get("thresholds") or {}).items()) + " |")
@@ -125,6 +224,78 @@ def _verdict(summary: Mapping) -> list[str]:
         unknown = "" if ctx.get("interconnect") else " (interconnect unknown: no nvidia-smi topo -m recorded)"
         out += [f"Hardware as the advisor knew it: {known or 'nothing'}{unknown}.", ""]
     return out
+
+
+def _pace(summary: Mapping) -> list[str]:
+    """Each rank's host and GPU time per step beside its period, and its lead (``pace``)."""
+    p = summary.get("pace") or {}
+    ranks = p.get("ranks") or {}
+    if not ranks:
+        return []
+    out = ["## Pace: which rank limits the run, and is the capture steady", "",
+           "Per rank over its steady decode steps (medians, ms): the host's own time to issue a step (its CPU step "
+           "annotation, else its launch span, less its waits for the GPU, plus the gap to the next step), the GPU's "
+           "own work (busy time less waiting for other ranks), the period, and the lead of the host over its GPU "
+           "(GPU step start less host step start) from the first step to the last.", "",
+           "| rank | host per step | GPU per step | period | lead first, last | lead change | steady | bound |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    for r, x in ranks.items():
+        gpu = _num(x.get("gpu_ms_per_step")) + (" (at most)" if x.get("gpu_upper_bound") else "")
+        out.append(f"| {r} | {_num(x.get('host_ms_per_step'))} | {gpu} | {_num(x.get('period_ms'))} "
+                   f"| {_num(x.get('lead_first_ms'))}, {_num(x.get('lead_last_ms'))} | {_num(x.get('lead_change_ms'))} "
+                   f"| {'yes' if x.get('steady') else 'no'} | {x.get('bound') or '-'} |")
+    out.append("")
+    if p.get("limit") is not None:
+        line = (f"The run's pace is set by rank {p['limit']}'s {p.get('bound') or 'step'}: "
+                f"{_num(p.get('predicted_period_ms'))} ms a step.")
+        if p.get("steady") is False:
+            d = ranks.get(str(p.get("drifting_rank"))) or {}
+            moved = "shrank" if (d.get("lead_change_ms") or 0) < 0 else "grew"
+            line += (f" The capture is not steady: rank {p['drifting_rank']}'s lead over its GPU {moved} by "
+                     f"{_num(abs(d.get('lead_change_ms') or 0))} ms, so the periods measured will not last; a longer "
+                     f"run drifts towards {_num(p.get('predicted_period_ms'))} ms a step.")
+        out += [line, ""]
+    return out
+
+
+def _coverage(summary: Mapping) -> list[str]:
+    """What is missing from the group, and each present rank's all-reduce time as an interval."""
+    c = summary.get("coverage") or {}
+    if c.get("complete", True):
+        return []
+    out = ["## Ranks missing", "",
+           f"{len(c.get('present') or [])} of the {c.get('world_size')} ranks have a trace here; missing: "
+           f"{', '.join(str(m) for m in c.get('missing') or [])}. Without them a collective's transfer cannot be told "
+           "from waiting, so the all-reduce time is an interval: at least each call at this rank's shortest call of "
+           "its size, at most its all-reduce kernel time (waiting included).", ""]
+    bounds = c.get("allreduce_bounds") or {}
+    if bounds:
+        out += ["| rank | all-reduce ms per step, at least | at most | share of the period |",
+                "| ---: | ---: | ---: | ---: |"]
+        for r, b in bounds.items():
+            share = (f"{_pct(b.get('low_share'))} - {_pct(b.get('high_share'))}"
+                     if b.get("low_share") is not None else "-")
+            out.append(f"| {r} | {_num(b.get('low_ms_per_step'))} | {_num(b.get('high_ms_per_step'))} | {share} |")
+        out.append("")
+    out += ["To fetch: " + ", ".join(f"rank {f['rank']} `{_cell(f['glob'])}`" for f in c.get("fetch") or []) + ".", ""]
+    return out
+
+
+def _regimes(summary: Mapping) -> list[str]:
+    regs = summary.get("regimes") or []
+    if not regs:
+        return []
+    out = ["## Regimes", "", "Decode steps the steady state left out that are a way of running of their own, judged "
+           "apart:", ""]
+    for r in regs:
+        v = r.get("verdict") or {}
+        who = f"rank {r['rank']}: " if "rank" in r else ""
+        steps = ", ".join(str(i) for i in r["steps"][:12]) + (", ..." if len(r["steps"]) > 12 else "")
+        out.append(f"- {who}{r['count']} of {r['decode_steps']} decode steps, {r['side']} "
+                   f"({_pct(r.get('time_share'))} of the decode time; steps {steps}), "
+                   f"{_num(r.get('period_ms'))} ms a step: **{_cell(verdict_sentence({'verdict': v}))}**"
+                   + (f"; next: {_cell('; '.join(v['next']))}" if v.get("next") else ""))
+    return [*out, ""]
 
 
 def _decomposition(ranks: list) -> list[str]:
@@ -157,6 +328,64 @@ def _decomposition(ranks: list) -> list[str]:
          [_pct(d.get("idle_host_share")) for _, d in rows])
     line("(steps averaged)", [str(d["steps"]) for _, d in rows])
     return [*out, ""]
+
+
+_PART_WORDS = {"weights": "weights: GEMM and MoE GEMM kernels", "kv_cache": "KV cache: attention kernels",
+               "other_kernels": "other kernels", "allreduce_transfer": "all-reduce transfer",
+               "allreduce_wait": "all-reduce waiting", "gpu_idle": "GPU idle inside the window",
+               "host": "host time outside the window"}
+
+
+def _ledger(summary: Mapping) -> list[str]:
+    """The decode ledger: each part of the steady step beside its floor, per rank (see the module)."""
+    led = summary.get("ledger")
+    if not led:
+        return []
+    ranks = [r for r in led.get("ranks") or [] if r.get("parts")]
+    ck = led.get("checkpoint") or {}
+    where = (f"`{_cell(ck.get('path'))}`, {ck['bytes']:,} bytes" if ck.get("bytes") is not None else
+             f"`{_cell(ck.get('path'))}`: {_cell(ck.get('error') or 'not read')}")
+    out = ["## The steady decode step against its floor (the decode ledger)", "",
+           "Each part of the mean steady decode step (the decomposition above) beside the least it can take: the "
+           "weights and the KV cache read once from HBM at the GPU's bandwidth, the all-reduces at the host's "
+           "measured floor; the other parts have no floor term (0), so all of their time is headroom. Measured / "
+           "floor / above the floor, ms per step; \"-\" where not measured. Definitions: `vllm_ops.ledger`.", "",
+           f"Checkpoint {where}; tensor parallel size {led.get('tensor_parallel_size')}; all-reduce floor "
+           + (f"`{_cell(led['allreduce_floor'])}`." if led.get("allreduce_floor") else "none given."), ""]
+    bws = {}
+    for r in led.get("ranks") or []:
+        bw = r.get("bandwidth") or {}
+        text = (f"{bw['gbps']:.0f} GB/s, {bw.get('source')}: {bw.get('how')}" if bw.get("gbps") else
+                f"not known ({bw.get('note')})")
+        bws.setdefault(text, []).append(str(r.get("rank")))
+    out += [f"Bandwidth ({_ranks_words(v)}): {_cell(k)}." for k, v in bws.items()] + [""]
+    if ranks:
+        out += ["| part | " + " | ".join(f"rank {r.get('rank')}" for r in ranks) + " |",
+                "| --- |" + " ---: |" * len(ranks)]
+        for part in PARTS:
+            cells = []
+            for r in ranks:
+                p = next((x for x in r["parts"] if x["part"] == part), {})
+                cells.append(f"{_num(p.get('measured_ms'))} / {_num(p.get('floor_ms'))} / "
+                             f"{_num(p.get('above_floor_ms'))}")
+            out.append(f"| {_PART_WORDS.get(part, part)} | " + " | ".join(cells) + " |")
+        out.append("| **the step** (period / floor / headroom) | " + " | ".join(
+            f"{_num(r.get('period_ms'))} / {_num((r.get('floors') or {}).get('total'))} / "
+            + (_num(r["headroom_ms"]) if r.get("headroom_ms") is not None else
+               f"at most {_num(r.get('headroom_at_most_ms'))}") for r in ranks) + " |")
+        out.append("")
+    out += [f"- {_cell(describe_ledger(r))}" for r in led.get("ranks") or []] + [""]
+    missing = [(r.get("rank"), k, v) for r in led.get("ranks") or [] for k, v in (r.get("not_measured") or {}).items()]
+    if missing:
+        out += ["Not measured, and why:", ""] + [f"- rank {rank}, {k}: {_cell(v)}" for rank, k, v in missing] + [""]
+    spots = led.get("blind_spots") or []
+    if spots:
+        out += ["What the ledger cannot see:", ""] + [f"- {_cell(x)}" for x in spots] + [""]
+    return out
+
+
+def _ranks_words(ranks: list[str]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(ranks)
 
 
 _STEADY_FIGURES = (("period_ms", "period"), ("busy_ms", "GPU busy"), ("idle_ms", "GPU idle in window"),

@@ -5,7 +5,8 @@ The steady-state rule (documented once, here; thresholds are the constants below
 1. The first decode step of every rank is left out when a rank has at least
    :data:`FIRST_STEP_MIN_STEPS` decode steps: the profiler starts while the engine runs,
    ranks start profiling hundreds of milliseconds apart, and the first collective of the
-   capture absorbs that gap.
+   capture absorbs that gap. In a trace concatenated from several captures (the step rows'
+   ``capture``, :mod:`.timeline`), so is the first decode step of each capture.
 2. A decode step whose duration (its period; the window for the last step, which has no
    period; the CPU annotation on a rank without GPU kernels) lies further than
    :data:`OUTLIER_REL` times the rank's median from that median is left out.
@@ -24,7 +25,8 @@ import numpy as np
 
 FIRST_STEP_MIN_STEPS = 3
 OUTLIER_REL = 0.5
-RULE = ("left out: each rank's first decode step (when it has at least 3), and any decode step whose period "
+RULE = ("left out: each rank's first decode step (when it has at least 3; of each capture, in a trace concatenated "
+        "from several), and any decode step whose period "
         "(window for the last step) is further than 50% of the rank's median from that median; a step left out "
         "on one rank is left out on all ranks of the group")
 
@@ -50,16 +52,35 @@ def left_out(decode_steps: Sequence[Mapping]) -> dict[int, list[str]]:
     """Step index -> reasons, for one rank's decode steps (rules 1 and 2)."""
     out: dict[int, list[str]] = {}
     if len(decode_steps) >= FIRST_STEP_MIN_STEPS:
-        out[decode_steps[0]["index"]] = ["first profiled step (profiler start-up; ranks start profiling apart)"]
+        for s in first_steps(decode_steps):
+            out[s["index"]] = ["first profiled step (profiler start-up; ranks start profiling apart)"]
+    for idx, (d, median) in outliers(decode_steps).items():
+        out.setdefault(idx, []).append(
+            f"lasts {d:.2f} ms, {d / median:.1f}x the median step ({median:.2f} ms), outside the median "
+            f"+/- {int(OUTLIER_REL * 100)}%")
+    return out
+
+
+def first_steps(decode_steps: Sequence[Mapping]) -> list[Mapping]:
+    """The first decode step of each capture (one capture unless the trace is concatenated)."""
+    out, seen = [], set()
+    for s in decode_steps:
+        if s.get("capture", 0) not in seen:
+            seen.add(s.get("capture", 0))
+            out.append(s)
+    return out
+
+
+def outliers(decode_steps: Sequence[Mapping]) -> dict[int, tuple[float, float]]:
+    """Rule 2 alone: step index -> (its duration, the rank's median duration), ms."""
     durations = [step_duration(s) for s in decode_steps]
     known = [d for d in durations if d is not None]
+    out: dict[int, tuple[float, float]] = {}
     if len(known) >= FIRST_STEP_MIN_STEPS:
         median = float(np.median(known))
         for s, d in zip(decode_steps, durations, strict=True):
             if d is not None and median > 0 and abs(d - median) > OUTLIER_REL * median:
-                out.setdefault(s["index"], []).append(
-                    f"lasts {d:.2f} ms, {d / median:.1f}x the median step ({median:.2f} ms), outside the median "
-                    f"+/- {int(OUTLIER_REL * 100)}%")
+                out[s["index"]] = (d, median)
     return out
 
 

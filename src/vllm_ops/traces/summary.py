@@ -1,10 +1,13 @@
 """Where decode time goes: one summary over the traces of one run (one file per rank).
 
 This module only orchestrates; each question has its module and its definitions there:
-:mod:`.annotations` (which spans are steps, and of which phase), :mod:`.timeline` (a step's
-window, busy, idle and period on one rank), :mod:`.steady` (statistics and the steady-state
-rule), :mod:`.collectives` (transfer, waiting and the straggler across ranks) and
-:mod:`.verdict` (what bounds the step, and what to try).
+:mod:`.annotations` (which spans are steps, and of which phase), :mod:`.findings` (which steps
+to use, whose trace it is, what to say when there is nothing to judge), :mod:`.timeline` (a
+step's window, busy, idle and period on one rank), :mod:`.sanity` (are the figures possible),
+:mod:`.steady` (statistics and the steady-state rule), :mod:`.regimes` (left-out steps that run
+apart), :mod:`.collectives` (transfer, waiting and the straggler across ranks),
+:mod:`.coverage` (is the whole group here), :mod:`.pace` (who limits the run, and is the
+capture steady) and :mod:`.verdict` (what bounds the step, and what to try).
 
 The summary (JSON) holds, per rank (``ranks[]``): ``steps[]``, one row per step (decode,
 prefill and mixed) with the figures of :mod:`.timeline` plus ``allreduce_transfer_ms`` and
@@ -13,9 +16,42 @@ for a step the steady-state rule left out) and ``left_out`` (why); ``step_stats`
 p90, mean, min, max over every decode step) and ``steady_stats`` (over the steady ones);
 ``decomposition``: the mean steady decode step split into parts that add up to its period
 (``compute_ms`` by category, ``allreduce_transfer_ms``, ``allreduce_wait_ms``,
-``idle_in_window_ms``, ``host_ms``); ``by_batch_size``. Across ranks: ``steady_state`` (the
-rule, the steps left out and why), ``collectives`` (groups, per-rank waits, straggler),
-``verdict`` and ``context`` (what the advisor knew of the hardware).
+``idle_in_window_ms``, ``host_ms``); ``by_batch_size``. Each step row also carries
+``lead_ms``, ``host_blocked_ms``, ``host_step_ms``, ``host_gap_ms``, ``context_tokens`` and
+``generation_tokens`` and ``key_tokens`` (:mod:`.timeline`); per rank also
+``graph_launches`` and ``graph_launches_without_activity`` (graph launches whose kernels the trace
+lacks). Across ranks: ``steady_state`` (the rule, the steps
+left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdict`` and
+``context`` (what the advisor knew of the hardware; also ``engine`` and ``api``,
+:mod:`.findings`), and:
+
+* ``pace``: :mod:`.pace` over the steady decode steps: ``ranks`` (each rank's
+  ``host_ms_per_step``, ``gpu_ms_per_step``, ``period_ms``, lead figures, ``steady``,
+  ``bound``), ``limit``, ``bound``, ``predicted_period_ms``, ``steady``, ``drifting_rank``.
+* ``regimes``: :mod:`.regimes`, each with its own ``verdict``.
+* ``coverage``: :mod:`.coverage` (``world_size``, ``present``, ``missing``, ``unreadable``,
+  ``complete``, ``fetch``), and ``allreduce_bounds`` where ranks are missing: per rank
+  :func:`.collectives.bounds` over its steady decode steps, with ``low_share`` and
+  ``high_share``, those bounds over the rank's mean steady period.
+* ``inputs``: ``skipped``, the files a directory held that were not read, each with why
+  (:func:`.reader.find_rank_traces`; a file from a directory of rank traces with neither a rank
+  in its name nor ``distributedInfo`` is skipped after it was read).
+* ``sanity``: :mod:`.sanity`'s checks (negative durations, repeated ids and the pairing used,
+  impossible steps, and ``refused``, the reason the verdict is withheld).
+* ``ledger``: where a checkpoint is given (its directory, its record, or a JSON file of it), the
+  decode ledger of the steady decode step (:func:`vllm_ops.ledger.decode_ledger`, whose module
+  defines every figure): per rank the floors (weights and KV cache at the GPU's bandwidth, measured
+  or the labelled spec; the all-reduce at the host's floor), each part measured against its floor,
+  the headroom, the GEMMs' share of the bandwidth and the levers; else null. The verdict reads it
+  (:mod:`.verdict`: memory-bound GEMMs, the levers in ``next``).
+* ``fabric``: the PCIe findings given (:func:`vllm_ops.fabric.findings` of the capture's links,
+  which the campaign's report passes), each also a warning (:func:`vllm_ops.fabric.describe`) and
+  the verdict's evidence ``pcie_link``; ``[]`` when none were given.
+
+``decode_pattern`` records the steps used: the user's, the families' (as one regex), or
+``ProfilerStep#N`` (the fallback, :mod:`.findings`). Warnings come in the order a reader needs
+them: why no decode steps were found and the pattern to try, then which ranks are missing and
+what to fetch, then the rest.
 
 Kept from earlier versions, with their meaning unchanged: per rank ``decode_steps``,
 ``cuda_ms_per_step`` (kernel-time sum per decode step over *all* decode steps, so it includes
@@ -34,6 +70,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -41,20 +78,22 @@ from statistics import fmean
 
 import numpy as np
 
+from .. import fabric as fabric_mod
+from .. import ledger as ledger_mod
 from ..allreduce import floor
-from . import collectives, steady, timeline, verdict
+from . import collectives, coverage, findings, pace, regimes, sanity, steady, timeline, verdict
 from .annotations import DECODE, MIXED, PREFILL, StepMatcher
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
 from .errors import TraceInputError
-from .reader import TraceData, find_trace_files, rank_from_filename, read_trace
+from .reader import TraceData, file_id, find_rank_traces, rank_from_filename, read_trace
 
-# The decode steps the default finds (vLLM's native and detailed names), as one regex, for
+# The decode steps the default finds (vLLM's native and detailed names, SGLang's), as one regex, for
 # the record and the help text; the families in .annotations decide.
 DEFAULT_DECODE_PATTERN = (r"^execute_(?:\d+_)?context_0\((?:[\d_]*|sq0sk0sqsq0sqsk0)\)"
-                          r"_generation_[1-9]\d*\((?:[\d_]*|sq\d+sk\d+sqsq\d+sqsk\d+)\)$")
+                          r"_generation_[1-9]\d*\((?:[\d_]*|sq\d+sk\d+sqsq\d+sqsk\d+)\)$|^step\[DECODE bs=[1-9]")
 FALLBACK_DECODE_PATTERN = r"^ProfilerStep#\d+$"
 DEFAULT_PREFILL_PATTERN = (r"^execute_(?:\d+_)?context_[1-9]\d*\((?:[\d_]*|sq\d+sk\d+sqsq\d+sqsk\d+)\)"
-                           r"_generation_0\((?:[\d_]*|sq0sk0sqsq0sqsk0)\)$")
+                           r"_generation_0\((?:[\d_]*|sq0sk0sqsq0sqsk0)\)$|^step\[EXTEND bs=[1-9]")
 NCCL_ALLREDUCE_PATTERN = r"nccl(?:Dev)?Kernel_AllReduce"
 
 # Said of a rank whose trace holds no GPU kernel events; the CLI, the Markdown and the
@@ -67,7 +106,9 @@ STEP_FIGURES = ("period_ms", "window_ms", "busy_ms", "idle_ms", "idle_host_ms", 
 def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
               prefill_pattern: str | None = None, keep_going: bool = False, top: int = 10,
               categories: object = None, jobs: int | None = None, parser: str = "auto",
-              context: Mapping | None = None, allreduce_floor: object = None) -> dict:
+              context: Mapping | None = None, allreduce_floor: object = None,
+              exclude: Iterable = (), checkpoint: object = None, tokens: int | None = None,
+              key_tokens: int | None = None, fabric: Sequence[Mapping] | None = None) -> dict:
     """Summarize the traces of one run (one file per rank; directories are expanded).
 
     ``decode_pattern`` / ``prefill_pattern`` override the annotation families for that phase
@@ -76,8 +117,15 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
     hardware: ``interconnect`` (``nvlink``/``pcie``), ``gpu``, ``tensor_parallel_size``,
     ``cuda_graphs``; what it lacks comes from the traces where they say it. ``allreduce_floor`` is
     the host's measured all-reduce floor (:mod:`.floor`: a path to allreduce_bench's JSON, or
-    the dict), set beside each collective's transfer. ``jobs`` bounds the
-    worker processes (default: one per file, at most one per CPU). Raises
+    the dict), set beside each collective's transfer, and its measured copy the bandwidth of the
+    ledger's floors. ``checkpoint`` (a model directory, its record as ``capture.json`` keeps it,
+    or a JSON file of either) turns on the decode ledger (``ledger``); ``tokens`` and
+    ``key_tokens`` are given to it, replacing the steps' own (:func:`vllm_ops.ledger.decode_ledger`).
+    ``fabric``: the capture's PCIe findings (:func:`vllm_ops.fabric.findings`), for the warnings
+    and the verdict. ``jobs`` bounds the
+    worker processes (default: one per file, at most one per CPU). ``exclude`` names files never
+    to read, by path or as ``(st_dev, st_ino)`` (the file the summary is being written to;
+    :func:`.reader.find_rank_traces` says how directories are read). Raises
     :class:`TraceInputError` with a one-line message on bad input; with ``keep_going`` a bad
     file only adds a warning, unless every file is bad.
     """
@@ -89,9 +137,16 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
     if context is not None and not isinstance(context, Mapping):
         raise TraceInputError(f"context must be a mapping, got {type(context).__name__}")
     measured_floor = floor.load_floor(allreduce_floor) if allreduce_floor is not None else None
+    record = ledger_mod.load_checkpoint(checkpoint) if checkpoint is not None else None
+    for what, value in (("tokens", tokens), ("key_tokens", key_tokens)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise TraceInputError(f"{what} must be a non-negative integer, got {value!r}")
+    pcie = _fabric(fabric)
     rules = parse_rules(categories)
     Classifier(rules)  # validate the user's regexes here, once, with a clean message
-    files = find_trace_files(paths)
+    excluded = frozenset(i for i in (x if isinstance(x, tuple) else file_id(os.fspath(x)) for x in exclude)
+                         if i is not None)
+    files, skipped, to_prove = find_rank_traces(paths, excluded)
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise TraceInputError(f"jobs must be a positive integer, got {jobs!r}")
     tasks = [(f, decode_pattern, prefill_pattern, rules, top, parser) for f in files]
@@ -104,14 +159,40 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
     warnings: list[str] = []
     ranks: list[dict] = []
     errors: list[str] = []
-    for ok, value in results:
-        (ranks if ok else errors).append(value)
+    unreadable: list[str] = []
+    for (ok, value), path in zip(results, files, strict=True):
+        if ok and path in to_prove and value["rank"] is None:
+            skipped.append({"file": path, "why": "no rank in its name and no distributedInfo: an engine or "
+                                                 "front-end trace, not a rank's"})
+        elif ok:
+            ranks.append(value)
+        else:
+            errors.append(value)
+            unreadable.append(path)
     if errors and not keep_going:
         raise TraceInputError(errors[0] + ("" if len(errors) == 1 else f" (and {len(errors) - 1} more bad files)"))
+    if not ranks and not errors:
+        raise TraceInputError("no rank trace to read: " + "; ".join(f"{x['file']}: {x['why']}" for x in skipped))
     if not ranks:
         raise TraceInputError(f"{errors[0]} (no readable trace left)")
     warnings.extend(f"skipped {e}" for e in errors)
-    return _combine(ranks, decode_pattern, prefill_pattern, dict(context or {}), warnings, measured_floor)
+    warnings.extend(f"skipped {x['file']}: {x['why']}." for x in skipped if "trace" in x["why"] and
+                    not x["why"].startswith("not a rank trace"))
+    inputs = {"paths": [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)],
+              "skipped": skipped, "unreadable": unreadable}
+    return _combine(ranks, decode_pattern, prefill_pattern, dict(context or {}), warnings, measured_floor, inputs,
+                    {"checkpoint": record, "tokens": tokens, "key_tokens": key_tokens,
+                     "allreduce_floor": allreduce_floor}, pcie)
+
+
+def _fabric(found: object) -> list[dict]:
+    """The PCIe findings given, checked: a list of :func:`vllm_ops.fabric.findings`' mappings."""
+    if found is None:
+        return []
+    if not isinstance(found, Sequence) or isinstance(found, (str, bytes)) or not all(
+            isinstance(f, Mapping) and f.get("kind") in ("pcie-link-degraded", "p2p-unavailable") for f in found):
+        raise TraceInputError("fabric: expected vllm_ops.fabric.findings' list of findings")
+    return [dict(f) for f in found]
 
 
 def _compile(what: str, pattern: str) -> re.Pattern:
@@ -159,6 +240,8 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
         "rank_from": "distributedInfo" if data.rank is not None else None,
         "world_size": data.world_size, "device": _device_name(data), "activities": data.activities,
         "gpu_kernels": data.kernels, "bad_events": data.bad_events,
+        "negative_durations": data.negative_durations, "vllm_version": data.vllm_version,
+        "launch_apis": dict(data.launch_apis),
         "gpu_annotation_names": data.gpu_annotation_names.most_common(8),
         "cpu_annotation_names": data.cpu_annotation_names.most_common(8),
         "graph_launches": len(data.graph_launches),
@@ -201,7 +284,8 @@ def _summarize_sets(data: TraceData, classifier: Classifier, top: int, launch_ts
         is_nccl = {n: bool(nccl.search(n)) for n in set(calls["name"])}
         calls["nccl"] = [is_nccl[n] for n in calls["name"]]
         out["sets"][key] = {"steps_from": rows.steps_from, "steps": table, "calls": calls, "top": per_phase,
-                            "overlapping_spans": _overlaps(rows.spans)}
+                            "overlapping_spans": _overlaps(rows.spans), "pairing": rows.pairing,
+                            "repeated_ids": rows.repeated_ids}
 
 
 def _overlaps(spans) -> int:
@@ -227,31 +311,55 @@ def _device_name(data: TraceData) -> str | None:
 # --------------------------------------------------------------------------- across ranks
 
 def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str | None, context: dict,
-             warnings: list[str], measured_floor: dict | None = None) -> dict:
+             warnings: list[str], measured_floor: dict | None = None, inputs: Mapping | None = None,
+             ledger_args: Mapping | None = None, pcie: list[dict] | None = None) -> dict:
+    inputs = dict(inputs or {})
+    ledger_args = dict(ledger_args or {})
+    pcie = list(pcie or [])
     _assign_ranks(ranks, warnings)
     ranks.sort(key=lambda r: r["rank"])
+    front: list[str] = []  # what the reader needs first: why no decode steps were found
+    missing_msgs: list[str] = []  # then which ranks are missing
+    cover = coverage.check([r["rank"] for r in ranks], [r["file"] for r in ranks], [r["world_size"] for r in ranks],
+                           inputs.get("unreadable", ()))
     world = max((r["world_size"] for r in ranks if r["world_size"]), default=None)
-    if world is not None:
-        present = {r["rank"] for r in ranks}
-        missing = [i for i in range(world) if i not in present]
-        if missing:
-            warnings.append(
-                f"world_size is {world} but {len(missing)} of the {world} ranks have no trace here "
-                f"(missing: {_ranges(missing)}); group-wide figures cover only ranks {_ranges(sorted(present))}."
-            )
-    key = "primary"
-    decode_used = decode_pattern or DEFAULT_DECODE_PATTERN
-    has_decode = any(s["phase"] == DECODE for r in ranks for s in r["sets"].get("primary", {}).get("steps", []))
-    if decode_pattern is None and not has_decode and any(r["sets"].get("fallback") for r in ranks):
-        key, decode_used = "fallback", FALLBACK_DECODE_PATTERN
-        warnings.append("no vLLM decode steps (execute_context_0(...)_generation_N(...)) were found; "
-                        "ProfilerStep#N spans are used as decode steps instead.")
+    if cover["missing"]:
+        fetch = ", ".join(f"rank {f['rank']} ({f['glob']})" for f in cover["fetch"][:4])
+        more = f" and {len(cover['fetch']) - 4} more" if len(cover["fetch"]) > 4 else ""
+        world_ = cover["world_size"]
+        missing_msgs.append(
+            f"world_size is {world_} but {len(cover['missing'])} of the {world_} ranks have no "
+            f"trace here (missing: {_ranges(cover['missing'])}); group-wide figures cover only ranks "
+            f"{_ranges(cover['present'])}. No communication verdict without them: fetch {fetch}{more} and summarize "
+            "every rank together."
+        )
+    choice = findings.choose_steps(ranks, decode_pattern)
+    key = choice["key"]
+    decode_used = FALLBACK_DECODE_PATTERN if choice["fallback"] else (decode_pattern or DEFAULT_DECODE_PATTERN)
+    engine = findings.engine(ranks)
+    api = findings.api(ranks)
+    withheld = None
+    if choice["fallback"]:
+        msg = ("no vLLM decode steps (execute_context_0(...)_generation_N(...)) were found; ProfilerStep#N spans are "
+               "used as decode steps instead")
+        if engine is None:
+            withheld = ("not an inference engine's trace: its steps are ProfilerStep#N spans and nothing in it is "
+                        "vLLM's or SGLang's (no engine step annotation, no vllm_version), so the figures are given "
+                        "and no engine advice")
+            msg += f"; {withheld}"
+        front.append(msg + ".")
+    elif choice["phase_names"]:
+        suggested = findings.suggest_pattern(ranks)
+        front.append(f"ProfilerStep#N spans are not used as decode steps: the annotations name phases "
+                     f"({', '.join(choice['phase_names'][:4])}), which a ProfilerStep would mix; "
+                     + (f"run {findings.command(inputs.get('paths') or [], '--decode-pattern', shlex.quote(suggested))}"
+                        "." if suggested else "name the decode steps with --decode-pattern REGEX."))
     for r in ranks:
         r["set"] = r["sets"].get(key) or {"steps_from": None, "steps": [], "calls": None, "top": {},
-                                          "overlapping_spans": 0}
+                                          "overlapping_spans": 0, "pairing": None, "repeated_ids": 0}
         r["decode"] = [s for s in r["set"]["steps"] if s["phase"] == DECODE]
         _not_measured_warning(r, warnings)
-        _graph_warning(r, warnings)
+        _graph_warning(r, warnings, api)
         if r["bad_events"]:
             warnings.append(f"rank {r['rank']} ({_base(r)}): {r['bad_events']} events lacked a name, ts or dur "
                             "and were ignored.")
@@ -259,7 +367,9 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
             warnings.append(f"rank {r['rank']} ({_base(r)}): steps found from CPU annotations, but "
                             f"{r['activities_without_launch']} of {r['activities']} GPU activities have no launch "
                             "call with their correlation in the trace, so they could not be attributed to a step.")
-    _step_warnings(ranks, decode_used, warnings)
+    checks = sanity.check(ranks)
+    _sanity_warnings(ranks, checks, warnings)
+    _step_warnings(ranks, decode_used, front, warnings)
     measured = [r for r in ranks if _measured(r) and r["decode"]]
 
     # steady state, rule 3 across ranks with equal step counts
@@ -306,16 +416,33 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         warnings.append(f"steady state: {who}decode step {item['index']} left out of the steady figures: "
                         f"{item['reason']}.")
     ctx = _context(ranks, context)
-    decomp = {str(e["rank"]): e["decomposition"] for e in entries if e.get("decomposition")}
-    missing = None
-    if not measured:
-        missing = ("no GPU kernel events in the traces" if not any(_measured(r) for r in ranks)
-                   else "no decode steps with GPU activity")
-    elif any(r["graph_launches_without_activity"] for r in measured):
-        missing = ("CUDA graph launches without recorded kernels: the trace misses the kernels replayed from "
-                   "graphs, so busy time is undercounted")
+    ctx.update(engine=engine, api=api)
+    live = [e for e in entries if e["gpu_time_measured"] and e["decode_steps"]]
+    steady_rows = {e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE and s["steady"]] for e in live}
+    pace_ = _pace(steady_rows, not cover["complete"])
+    cover["allreduce_bounds"] = _bounds(live, ranks, steady_rows) if not cover["complete"] else {}
+    nothing = findings.nothing_to_judge(ranks, decode_used, decode_pattern is not None, inputs.get("paths") or [],
+                                        api, engine)
+    missing = nothing[0] if nothing else checks["refused"]
     ratios = [g["floor_ratio"] for g in sorted(coll["groups"], key=lambda g: -g["calls"]) if g["floor_ratio"]]
-    v = verdict.judge(decomp, coll.get("straggler"), ctx, missing, floor_ratio=ratios[0] if ratios else None)
+    floor_ratio = ratios[0] if ratios else None
+    ledger = _ledger(entries, coll, ctx, world, ledger_args, warnings)
+    decomp = {str(e["rank"]): e["decomposition"] for e in entries if e.get("decomposition")}
+    v = verdict.judge(decomp, coll.get("straggler"), ctx, missing, floor_ratio=floor_ratio, pace=pace_,
+                      coverage=cover, withheld=withheld, missing_next=nothing[1] if nothing else None,
+                      ledger=ledger, fabric=pcie)
+    found = [] if v["kind"] == "inconclusive" and not withheld else regimes.find(
+        {e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE] for e in live}, lockstep)
+    for reg in found:
+        rows = {e["rank"]: [s for s in e["steps"] if s["index"] in set(reg["steps"]) and s["phase"] == DECODE]
+                for e in live if reg.get("rank", e["rank"]) == e["rank"]}
+        reg["verdict"] = verdict.judge({str(k): _decomposition(v_) for k, v_ in rows.items() if _decomposition(v_)},
+                                       coll.get("straggler"), ctx, checks["refused"], floor_ratio=floor_ratio,
+                                       pace=_pace(rows, not cover["complete"]), coverage=cover, withheld=withheld,
+                                       fabric=pcie)
+        warnings.append(f"steady state: {reg['count']} of {reg['decode_steps']} decode steps "
+                        f"({100 * reg['time_share']:.0f}% of the decode time) left out of the steady figures are a "
+                        f"regime of their own ({reg['side']} steps): {verdict.describe(reg['verdict'])}.")
     allreduce = _allreduce_legacy(entries, coll, warnings)
     prefill = [_legacy_phase(r, e, PREFILL) for r, e in zip(ranks, entries, strict=True)
                if any(s["phase"] == PREFILL for s in r["set"]["steps"])]
@@ -336,16 +463,87 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         "ranks_without_gpu_kernels": unmeasured,
         "ranks": entries,
         "steady_state": steady_state,
+        "pace": pace_,
+        "regimes": found,
+        "coverage": cover,
+        "inputs": {"skipped": list(inputs.get("skipped") or [])},
+        "sanity": checks,
         "collectives": coll,
         "allreduce_floor": None if measured_floor is None else {
             k: measured_floor.get(k) for k in ("source", "world_size", "backend", "gpu_name", "nccl_version",
                                                "torch_version", "environment", "timing", "started_at")},
         "verdict": v,
         "context": ctx,
+        "ledger": ledger,
+        "fabric": pcie,
         "allreduce": allreduce,
         "prefill": prefill,
-        "warnings": warnings,
+        "warnings": front + missing_msgs + [f"{fabric_mod.describe(f)}." for f in pcie] + warnings,
     }
+
+
+def _ledger(entries: list[dict], coll: Mapping, ctx: Mapping, world: int | None, args: Mapping,
+            warnings: list[str]) -> dict | None:
+    """The decode ledger of the steady decode step (:func:`vllm_ops.ledger.decode_ledger`) where a
+    checkpoint was given, over the summary's own figures; a warning for GEMMs faster than their
+    weights allow (the checkpoint, the TP size or the bandwidth does not fit the run)."""
+    if args.get("checkpoint") is None:
+        return None
+    partial = {"ranks": entries, "collectives": coll, "context": ctx, "world_size": world}
+    out = ledger_mod.decode_ledger(partial, args["checkpoint"], allreduce_floor=args.get("allreduce_floor"),
+                                   tokens=args.get("tokens"), key_tokens=args.get("key_tokens"))
+    for r in out["ranks"]:
+        if r["gemm"]["kind"] == "below-weight-floor":
+            warnings.append(f"decode ledger: rank {r['rank']}'s GEMMs took {r['gemm']['measured_ms']:.3f} ms a step, "
+                            f"less than reading its weights at {r['bandwidth']['gbps']:.0f} GB/s allows "
+                            f"({r['gemm']['floor_ms']:.3f} ms): {r['gemm']['why']}.")
+    return out
+
+
+def _pace(rows_by_rank: Mapping[int, list[dict]], partial: bool) -> dict:
+    """Each rank's pace over its rows and the group's (:mod:`.pace`)."""
+    per_rank = {r: pace.rank_pace(rows, [exposed_allreduce(s)[1] for s in rows], partial)
+                for r, rows in sorted(rows_by_rank.items()) if rows}
+    return {**pace.group(per_rank), "ranks": {str(r): p for r, p in per_rank.items()}}
+
+
+def _bounds(live: list[dict], ranks: list[dict], steady_rows: Mapping[int, list[dict]]) -> dict:
+    """The all-reduce interval of each rank of a partial group (:func:`.collectives.bounds`), with
+    its shares of the rank's mean steady period."""
+    out = {}
+    by_rank = {r["rank"]: r for r in ranks}
+    for e in live:
+        calls = by_rank[e["rank"]]["set"]["calls"]
+        rows = steady_rows.get(e["rank"]) or []
+        b = collectives.bounds(calls, [s["index"] for s in rows]) if calls is not None else None
+        if b is None:
+            continue
+        periods = [s["period_ms"] for s in rows if s.get("period_ms") is not None]
+        period = fmean(periods) if periods else None
+        b["low_share"] = round(b["low_ms_per_step"] / period, 4) if period else None
+        b["high_share"] = round(b["high_ms_per_step"] / period, 4) if period else None
+        out[str(e["rank"])] = b
+    return out
+
+
+def _sanity_warnings(ranks: list[dict], checks: Mapping, warnings: list[str]) -> None:
+    for r in ranks:
+        key, where = str(r["rank"]), f"rank {r['rank']} ({_base(r)})"
+        if key in checks["negative_durations"]:
+            warnings.append(f"{where}: {checks['negative_durations'][key]} GPU activities or step annotations have a "
+                            "negative duration and were dropped.")
+        if key in checks["repeated_ids"]:
+            how = checks["pairing"].get(key)
+            captures = max((s.get("capture", 0) for s in r["set"]["steps"]), default=0) + 1
+            seen = (f": {captures} captures concatenated (the ids start again), each with its own first step"
+                    if captures > 1 else " (a trace concatenated from several captures?)")
+            warnings.append(f"{where}: {checks['repeated_ids'][key]} step annotations repeat the External id of "
+                            f"another{seen}: "
+                            + ("CPU and GPU step spans are paired by order instead." if how == "order" else
+                               "their CPU and GPU spans are not paired." if r["set"]["steps_from"] ==
+                               "gpu_user_annotation" else "the steps come from the CPU annotations alone."))
+    if checks["refused"]:
+        warnings.append(checks["refused"][0].upper() + checks["refused"][1:] + ".")
 
 
 def _context(ranks: list[dict], given: dict) -> dict:
@@ -388,6 +586,7 @@ def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[f
     entry = {
         "rank": r["rank"], "file": r["file"], "parser": r["parser"], "rank_from": r["rank_from"],
         "device": r["device"], "gpu_kernels": r["gpu_kernels"], "gpu_time_measured": measured,
+        "graph_launches": r["graph_launches"], "graph_launches_without_activity": r["graph_launches_without_activity"],
         "decode_steps": len(decode), "steady_steps": len(steady_rows) if decode else None,
         "steps_from": st["steps_from"] if rows else None,
         "timeline": r["timeline"] if measured else None,
@@ -560,17 +759,29 @@ def _assign_ranks(ranks: list[dict], warnings: list[str]) -> None:
                             f"treated as rank {free}.")
 
 
-def _step_warnings(ranks: list[dict], pattern: str, warnings: list[str]) -> None:
+def _step_warnings(ranks: list[dict], pattern: str, front: list[str], warnings: list[str]) -> None:
+    """What was found instead of decode steps goes to ``front`` (the first thing to read)."""
     for r in ranks:
         where = f"rank {r['rank']} ({_base(r)})"
         steps = r["decode"]
         if not steps:
             gpu = ", ".join(f"{n} x{c}" for n, c in r["gpu_annotation_names"])
             cpu = ", ".join(f"{n} x{c}" for n, c in r["cpu_annotation_names"])
-            msg = f"{where}: no decode steps match '{pattern}'; GPU annotation names seen: {gpu or 'none at all'}"
+            other = [s for s in r["set"]["steps"] if s["phase"] in (PREFILL, MIXED)]
+            mixed = [s for s in other if s["phase"] == MIXED]
+            suggested = findings.suggest_pattern([r])
+            extra = ""
+            if other:
+                extra = (f" (found instead: {len(other) - len(mixed)} prefill and {len(mixed)} mixed steps"
+                         + (f", the mixed ones holding {sum(s['generation_requests'] or 0 for s in mixed)} decode "
+                            "requests" if mixed else "") + ")")
+            elif suggested and suggested != pattern:
+                extra = f" (try --decode-pattern {shlex.quote(suggested)})"
+            msg = (f"{where}: no decode steps match '{pattern}'{extra}; GPU annotation names seen: "
+                   f"{gpu or 'none at all'}")
             if not r["gpu_annotation_names"]:
                 msg += f"; CPU annotation names seen: {cpu or 'none at all'}"
-            warnings.append(msg + ".")
+            front.append(msg + ".")
         elif _measured(r) and not any(s["activities"] for s in steps):
             warnings.append(f"{where}: {len(steps)} decode steps found but no GPU activity starts inside them.")
         if r["set"]["overlapping_spans"]:
@@ -598,13 +809,15 @@ def _not_measured_warning(r: dict, warnings: list[str]) -> None:
     warnings.append(msg + ".")
 
 
-def _graph_warning(r: dict, warnings: list[str]) -> None:
+def _graph_warning(r: dict, warnings: list[str], api: str | None) -> None:
     missing = r["graph_launches_without_activity"]
     if missing:
+        hip = api == "HIP"
         warnings.append(
-            f"rank {r['rank']} ({_base(r)}): {missing} of {r['graph_launches']} cudaGraphLaunch calls have no "
-            "recorded GPU activity: kernels replayed from CUDA graphs are missing from the trace, so busy time "
-            "and shares cover only what was recorded (profile with graph kernels traced, or --enforce-eager)."
+            f"rank {r['rank']} ({_base(r)}): {missing} of {r['graph_launches']} {'hip' if hip else 'cuda'}GraphLaunch "
+            f"calls have no recorded GPU activity: kernels replayed from {'HIP' if hip else 'CUDA'} graphs are missing "
+            "from the trace, so busy time and shares cover only what was recorded (profile with graph kernels "
+            "traced, or --enforce-eager)."
         )
 
 

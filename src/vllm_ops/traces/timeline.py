@@ -20,9 +20,18 @@ Definitions (one per figure; the CLI, the filters, the report and the history us
   an activity belongs to the step whose CPU annotation (``user_annotation``) holds the host
   call that launched it, found by the activity's ``correlation`` (a CUDA graph launch
   brings every kernel that carries its correlation). ``steps_from`` says which.
-* ``cpu_ms``: the step's CPU annotation (the GPU span's CPU twin, paired by ``External
-  id``, else by order); null without one. ``span_ms``: the annotation that defines the step
-  (GPU span, or the CPU one where there is no GPU span).
+* **Pairing** (:func:`pair_cpu_spans`). A GPU step span's CPU twin is the CPU step annotation
+  with its ``External id`` when no two step annotations of a kind share an id and every twin
+  starts at most :data:`PAIRING_SLACK_US` after its GPU span (a GPU step cannot start before
+  its host began it); else the CPU step annotations in time order, when there are as many and
+  that holds; else none. Repeated ids come from traces concatenated from several captures,
+  whose ids each start from 1: pairing by them would join steps of different captures.
+* ``capture``: the capture a step belongs to, 0 unless the trace is concatenated: a new capture
+  starts where the step spans' External ids, in time order, fall back below the step before's
+  (torch numbers them in issue order, from 1 in each capture). A capture's last step has no
+  next step, so no period and no host gap.
+* ``cpu_ms``: the step's CPU annotation (its twin); null without one. ``span_ms``: the
+  annotation that defines the step (GPU span, or the CPU one where there is no GPU span).
 * ``window_ms``: first start to last end of the step's GPU activities.
 * ``busy_ms``: the length of the union of those activities' intervals (overlapping streams
   count once; a kernel-time sum would count them twice). ``kernel_ms`` is that sum.
@@ -49,6 +58,18 @@ Definitions (one per figure; the CLI, the filters, the report and the history us
   included (see :mod:`.collectives` for transfer and wait).
 * ``graph_launches``: CUDA/HIP graph launches made inside the step's CPU annotation (or,
   without one, whose correlation the step's activities carry).
+* The step's *host span*: its CPU annotation, else the first to the last launch call of its
+  activities. ``lead_ms``: the step's window start less its host span's start: how far the
+  host runs ahead of its GPU (the GPU is still busy with earlier steps while the host begins
+  this one).
+* ``host_blocked_ms``: the time inside the host span spent in host calls that waited for the
+  GPU (the reader's ``host_waits``: synchronizing calls, blocking copies, launch calls of at
+  least ``BLOCKED_CALL_US``), nested calls counted once. ``host_step_ms``: the host span less
+  that: the host's own time for the step. ``host_gap_ms``: from the host span's end to the next
+  decode step's host span start, less the waits in between (null for the last step and where
+  the next host span starts before this one ends).
+* ``context_tokens``, ``generation_tokens``, ``key_tokens``: the token counts the step's name
+  gives (:mod:`.annotations`; ``key_tokens``: the decode requests' context lengths, summed).
 """
 
 from __future__ import annotations
@@ -89,6 +110,9 @@ class StepRows:
     by_step: Table  # the activities inside steps (STEP_DTYPE), by step; file order within a step
     batches: list[tuple[int, int]]  # row ranges of by_step that hold whole steps
     counts: np.ndarray  # activities per step
+    pairing: str | None = None  # how the CPU twins were found: "External id", "order" or None
+    repeated_ids: int = 0  # step spans whose External id another one already carries
+    captures: list[int] | None = None  # per step: the capture it belongs to (0, 1, ...)
 
     def close(self) -> None:
         self.step_of.close()
@@ -198,20 +222,14 @@ def pick_steps(data: TraceData, spans_gpu: list[Span], spans_cpu: list[Span], la
     correlation) and pair each step with its CPU annotation. Two passes over the activities:
     one finds each one's step and counts them per step, one writes them by step (a counting
     sort into batches of whole steps, :func:`.spill.partition`)."""
+    repeated = 0
     if spans_gpu:
         spans = sorted(spans_gpu, key=lambda s: s.ts)
-        by_ext = {s.ext: s for s in spans_cpu if s.ext >= 0}
-        cpu_sorted = sorted(spans_cpu, key=lambda s: s.ts)
-        if all(s.ext in by_ext for s in spans):
-            cpu = [by_ext[s.ext] for s in spans]
-        elif len(cpu_sorted) == len(spans):
-            cpu = cpu_sorted
-        else:
-            cpu = [None] * len(spans)
+        cpu, pairing, repeated = pair_cpu_spans(spans, spans_cpu)
         steps_from = "gpu_user_annotation"
     else:
         spans = sorted(spans_cpu, key=lambda s: s.ts)
-        cpu, steps_from = list(spans), "user_annotation"
+        cpu, steps_from, pairing = list(spans), "user_annotation", None
     acts, n = _acts(data), len(spans)
     step_of = Table(np.int32)
     try:
@@ -233,7 +251,49 @@ def pick_steps(data: TraceData, spans_gpu: list[Span], spans_cpu: list[Span], la
     except BaseException:
         step_of.close()
         raise
-    return StepRows(spans, steps_from, cpu, step_of, by_step, batches, counts)
+    return StepRows(spans, steps_from, cpu, step_of, by_step, batches, counts, pairing, repeated,
+                    capture_numbers(spans))
+
+
+def capture_numbers(spans: list[Span]) -> list[int]:
+    """Each step's capture (see the module docstring): a new one starts where the step spans'
+    External ids, in time order, fall back below the step before's."""
+    out, k, prev = [], 0, None
+    for s in spans:
+        if prev is not None and 0 <= s.ext < prev:
+            k += 1
+        prev = s.ext if s.ext >= 0 else prev
+        out.append(k)
+    return out
+
+
+# A GPU step span cannot start before the host began the step; this much earlier (µs) is left
+# to the skew between the CPU and GPU clocks of one trace.
+PAIRING_SLACK_US = 1000.0
+
+
+def pair_cpu_spans(gpu: list[Span], cpu: list[Span]) -> tuple[list[Span | None], str | None, int]:
+    """Each GPU step span's CPU twin (see the module docstring, **Pairing**): ``(twins, how,
+    repeated)``, ``how`` being ``"External id"``, ``"order"`` or None (no twins), and ``repeated``
+    the step spans whose External id another step span of the same kind already carries."""
+    if not cpu:
+        return [None] * len(gpu), None, 0
+
+    def plausible(twins):
+        return all(c.ts <= g.ts + PAIRING_SLACK_US for g, c in zip(gpu, twins, strict=True))
+
+    gpu_ids = [s.ext for s in gpu if s.ext >= 0]
+    cpu_ids = [s.ext for s in cpu if s.ext >= 0]
+    repeated = len(gpu_ids) - len(set(gpu_ids)) + len(cpu_ids) - len(set(cpu_ids))
+    by_ext = {s.ext: s for s in cpu if s.ext >= 0}
+    if not repeated and all(s.ext in by_ext for s in gpu):
+        twins = [by_ext[s.ext] for s in gpu]
+        if plausible(twins):
+            return twins, "External id", 0
+    in_order = sorted(cpu, key=lambda s: s.ts)
+    if len(in_order) == len(gpu) and plausible(in_order):
+        return in_order, "order", repeated
+    return [None] * len(gpu), None, repeated
 
 
 def _group_union(s: np.ndarray, e: np.ndarray, g: np.ndarray, n: int, base: np.ndarray):
@@ -282,6 +342,8 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
     has = counts > 0
     wstart = np.full(n, np.nan)
     wend = np.full(n, np.nan)
+    lfirst = np.full(n, np.nan)  # the first and last launch call of the step's activities
+    llast = np.full(n, np.nan)
     busy, idle_host, launch_known, gaps_per_step = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     by_cat = np.zeros((n_cats, n))
     kernel_sum, ar_sum, ar_calls = np.zeros(n), np.zeros(n), np.zeros(n, np.int64)
@@ -298,6 +360,8 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
         bounds = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
         wstart[g[bounds]] = np.minimum.reduceat(bs, bounds)
         wend[g[bounds]] = np.maximum.reduceat(be, bounds)
+        lfirst[g[bounds]] = np.fmin.reduceat(lt_all, bounds)
+        llast[g[bounds]] = np.fmax.reduceat(lt_all, bounds)
         base = np.where(has, wstart, 0.0)
         u, gap_g, gap_s, gap_e, gap_rows = _group_union(bs, be, g, n, base)
         busy += u
@@ -338,14 +402,18 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
     start = np.where(np.isnan(prev_end), start, np.fmax(start, prev_end))
     start = np.where(np.isnan(start), np.array([s.ts for s in spans]), start)
     decode = np.array([s.step.phase in (DECODE, None) for s in spans])
+    capture = rows.captures or [0] * n
     next_decode = np.full(n, np.nan)
     nxt = np.nan
     for i in range(n - 1, -1, -1):
+        if i + 1 < n and capture[i + 1] != capture[i]:
+            nxt = np.nan  # the last step of a capture has no next step
         next_decode[i] = nxt
         if decode[i]:
             nxt = start[i]
     period = next_decode - start
     graph = _graph_launches(data, rows, n)
+    host = _host_figures(data, rows, decode, wstart, lfirst, llast, capture)
     table_cats = classifier.categories
     t0 = start[0]
     out = []
@@ -379,8 +447,59 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
             "allreduce_calls": int(ar_calls[i]),
             "graph_launches": int(graph[i]),
             "activities": int(counts[i]),
+            "capture": capture[i],
+            "context_tokens": s.step.context_tokens,
+            "generation_tokens": s.step.generation_tokens,
+            "key_tokens": s.step.key_tokens,
+            **{k: _ms(v[i]) if not np.isnan(v[i]) else None for k, v in host.items()},
         })
     return out
+
+
+def _host_figures(data: TraceData, rows: StepRows, decode: np.ndarray, wstart: np.ndarray, lfirst: np.ndarray,
+                  llast: np.ndarray, capture: list[int]) -> dict[str, np.ndarray]:
+    """``lead_ms``, ``host_blocked_ms``, ``host_step_ms`` and ``host_gap_ms`` of each step (µs, nan:
+    unknown; see the module docstring)."""
+    n = len(rows.spans)
+    cpu = rows.cpu
+    h_start = np.array([c.ts if c is not None else np.nan for c in cpu])
+    h_end = np.array([c.ts + c.dur if c is not None else np.nan for c in cpu])
+    no_cpu = np.isnan(h_start)
+    h_start[no_cpu], h_end[no_cpu] = lfirst[no_cpu], llast[no_cpu]
+    waits = sorted(data.host_waits)
+    w_s = np.array([t for t, _ in waits])
+    w_e = w_s + np.array([d for _, d in waits]) if waits else np.zeros(0)
+    longest = float((w_e - w_s).max()) if waits else 0.0
+
+    def waited(a: float, b: float) -> float:
+        """The time inside [a, b) that the host spent in calls that waited for its GPU (the calls'
+        intervals clipped to it and merged, so that a call inside another counts once)."""
+        if not len(w_s) or not b > a:
+            return 0.0
+        lo, hi = np.searchsorted(w_s, [a - longest, b], side="left").tolist()
+        total, end = 0.0, a
+        for x, y in zip(w_s[lo:hi].tolist(), w_e[lo:hi].tolist(), strict=True):
+            x, y = max(x, end), min(y, b)
+            if y > x:
+                total += y - x
+                end = y
+        return total
+
+    blocked, gap = np.full(n, np.nan), np.full(n, np.nan)
+    next_start, nxt = np.full(n, np.nan), np.nan
+    for i in range(n - 1, -1, -1):
+        if i + 1 < n and capture[i + 1] != capture[i]:
+            nxt = np.nan
+        next_start[i] = nxt
+        if decode[i] and not np.isnan(h_start[i]):
+            nxt = h_start[i]
+    for i in range(n):
+        if not np.isnan(h_start[i]):
+            blocked[i] = waited(h_start[i], h_end[i])
+            if not np.isnan(next_start[i]) and next_start[i] >= h_end[i]:
+                gap[i] = next_start[i] - h_end[i] - waited(h_end[i], next_start[i])
+    return {"lead_ms": wstart - h_start, "host_blocked_ms": blocked, "host_step_ms": h_end - h_start - blocked,
+            "host_gap_ms": gap}
 
 
 def _graph_launches(data: TraceData, rows: StepRows, n: int) -> np.ndarray:

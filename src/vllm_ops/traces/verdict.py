@@ -1,22 +1,60 @@
 """The verdict: what bounds the steady decode step, with the numbers that say so, and what to try next.
 
 A verdict is data: ``{kind, rank, evidence: {figure: value, ...}, thresholds: {...},
-reason, next: [experiment, ...]}``, rendered to words at the edge (:func:`describe`).
-Rules, tried in this order (thresholds are the constants below; shares are of the rank's
-mean steady period):
+reason, next: [experiment, ...], next_tests: [...]}``, rendered to words at the edge
+(:func:`describe`). ``next_tests[i]`` is the data form of ``next[i]``: the variants or sweeps that
+test it, in the experiment's own format (:mod:`.experiments`), or ``test: null`` for one that is
+no server variant (a check by hand, a fetch, another profile).
+Rules, tried in this order (thresholds are the constants below and :mod:`.pace`'s; shares are
+of the rank's mean steady period):
 
 1. ``inconclusive`` when there is nothing to judge: no GPU kernels, no decode steps, fewer
-   than :data:`MIN_STEADY_STEPS` steady steps with a period, or CUDA graph launches whose
-   kernels the trace lacks (the busy time would be an undercount). ``reason`` says what is
-   missing.
-2. ``host-bound`` on rank r: the GPU of r is idle (inside its step windows and outside
-   them) for at least :data:`HOST_IDLE_MIN` of its period. r is the straggler when one is
-   named (the others then wait for it), else the rank with the largest idle share.
-3. ``imbalanced`` on rank r: a straggler r is named, is not host-bound, and another rank
+   than :data:`MIN_STEADY_STEPS` steady steps with a period, CUDA graph launches whose
+   kernels the trace lacks (the busy time would be an undercount), or impossible figures
+   (:mod:`.sanity`). ``reason`` says what is missing, ``next`` what to run to get a verdict
+   (:mod:`.findings`).
+2. ``partial`` when ranks of the group have no trace (:mod:`.coverage`): the transfer cannot
+   be told from waiting, and the rank that limits the run may be a missing one, so no verdict
+   on the run and none on communication. The evidence gives each rank's all-reduce time as an
+   interval (:func:`.collectives.bounds`) and what its own host and GPU need per step
+   (:mod:`.pace`); ``next`` names the traces to fetch.
+3. The rank that limits the run (``rank``) is :mod:`.pace`'s ``limit``: the rank whose host or
+   GPU needs the most time per step, not merely the last to arrive at the collectives. Where
+   no rank has a host figure (no CPU annotations, no launch calls), it is the straggler when
+   one is named, else the rank with the largest idle share.
+4. ``host-bound`` on that rank: its bound is its host (:mod:`.pace`); without a host figure,
+   its GPU is idle (inside its step windows and outside them) for at least
+   :data:`HOST_IDLE_MIN` of its period.
+5. ``imbalanced`` on that rank: it is the named straggler, its GPU bounds it, and another rank
    waits for it at least :data:`WAIT_MIN` of its period.
-4. ``communication-bound``: the all-reduce transfer (no waiting) takes at least
+6. ``communication-bound``: the all-reduce transfer (no waiting) takes at least
    :data:`COMM_MIN` of the period, on average over the ranks.
-5. ``compute-bound`` otherwise, on the category with the most busy time (``category``).
+7. ``memory-bound`` where the category with the most busy time is a GEMM one (``gemm``,
+   ``moe_gemm``) and the decode ledger calls that rank's GEMMs memory-bound: their time within
+   :data:`vllm_ops.ledger.MEMORY_BOUND_FACTOR` of reading the weights once at the GPU's bandwidth
+   (``hbm_share``, "GEMMs at 78% of HBM bandwidth"). Such GEMMs wait for memory, not for the ALUs.
+8. ``compute-bound`` otherwise, on the category with the most busy time (``category``): without a
+   ledger (no checkpoint given) a GEMM category cannot be told memory-bound, and stays here.
+
+With a ledger (``ledger``: :func:`vllm_ops.ledger.decode_ledger` of the steady step), the evidence
+of the verdict's rank also carries the ledger's figures: ``gemm_kind``, ``hbm_share``, ``gemm_ms``,
+``weights_floor_ms``, ``bandwidth_gbps`` and ``bandwidth_source`` (``measured`` or ``spec``),
+``floors_ms`` (weights, KV cache, all-reduce, total: null where not measured), ``headroom_ms`` or
+``headroom_at_most_ms``, ``not_measured`` (the floors the ledger could not compute, and why) and
+``levers`` (part -> milliseconds above its floor); the thresholds gain ``memory_bound_factor``;
+after the advice, ``next`` gains one experiment per lever, largest first, with the milliseconds it
+could recover.
+
+A degraded PCIe link (``fabric``: :func:`vllm_ops.fabric.findings`) is evidence (``pcie_link``:
+each degraded link's finding, naming its GPU and the rank on it); for a host-bound or imbalanced
+rank whose own link is degraded, and for a communication-bound run with any degraded link, the
+link's check comes first in ``next``.
+
+The evidence says whether the capture is steady (``steady``) and, when it is not, the period
+it drifts to (``predicted_period_ms``) and the rank whose lead moved (``drifting_rank``).
+Where the steps are ProfilerStep#N spans of a trace that is no inference engine's
+(:mod:`.findings`), the kind is ``inconclusive`` with the figures kept in the evidence and no
+engine advice (``reason`` says why).
 
 Where the host's all-reduce floor was measured (:mod:`.floor`), the evidence carries
 ``allreduce_floor_ratio`` (transfer over floor, the busiest group) and the advice for
@@ -25,14 +63,19 @@ larger collectives, or fewer ranks) or above it (an NCCL sweep is worth it).
 
 The advisor's next experiments depend on the kind and on the hardware: the interconnect
 (``nvlink``, ``pcie`` or unknown; from ``nvidia-smi topo -m`` where the campaign recorded
-it), the GPU, the TP size and whether CUDA graphs ran (graph launches seen).
+it), the GPU, the TP size, whether CUDA graphs ran (graph launches seen), the engine (vLLM's
+or SGLang's settings) and the API (CUDA or HIP).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .. import fabric as fabric_mod
 from ..allreduce.floor import ABOVE_FLOOR, AT_FLOOR
+from ..ledger import MEMORY_BOUND_FACTOR
+from . import experiments
+from . import pace as pace_rules
 
 MIN_STEADY_STEPS = 2
 HOST_IDLE_MIN = 0.30
@@ -40,14 +83,22 @@ WAIT_MIN = 0.20
 COMM_MIN = 0.25
 
 THRESHOLDS = {"host_idle_min": HOST_IDLE_MIN, "wait_min": WAIT_MIN, "comm_min": COMM_MIN,
-              "min_steady_steps": MIN_STEADY_STEPS}
+              "min_steady_steps": MIN_STEADY_STEPS, **pace_rules.THRESHOLDS}
+GEMM_CATEGORIES = ("gemm", "moe_gemm")
+# What the verdict's evidence keeps of a degraded link's finding (fabric.describe reads these).
+LINK_EVIDENCE = ("kind", "rank", "gpu", "bus_id", "evidence")
 
 
 def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, context: Mapping,
-          missing: str | None = None, floor_ratio: float | None = None) -> dict:
-    """The verdict over the ranks' steady decompositions (``{rank: decomposition}``)."""
+          missing: str | None = None, floor_ratio: float | None = None, pace: Mapping | None = None,
+          coverage: Mapping | None = None, withheld: str | None = None,
+          missing_next: list[str] | None = None, ledger: Mapping | None = None,
+          fabric: list[Mapping] | None = None) -> dict:
+    """The verdict over the ranks' steady decompositions (``{rank: decomposition}``), their
+    pace (:func:`.summary` gives ``{limit, bound, ..., ranks: {rank: pace}}``), the group's
+    coverage, and the decode ledger of the steady step and the PCIe findings where given."""
     base = {"kind": "inconclusive", "rank": None, "category": None, "evidence": {}, "thresholds": dict(THRESHOLDS),
-            "reason": None, "next": []}
+            "reason": None, "next": [], "next_tests": []}
     usable = {r: d for r, d in decomposition.items() if d and d.get("period_ms")}
     if missing:
         base["reason"] = missing
@@ -55,26 +106,46 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         base["reason"] = "no steady decode step has a period (too few decode steps, or none with GPU activity)"
     elif min(d["steps"] for d in usable.values()) < MIN_STEADY_STEPS:
         base["reason"] = (f"fewer than {MIN_STEADY_STEPS} steady decode steps with a period: profile more "
-                          "output tokens")
+                          "output tokens" if not withheld else
+                          f"fewer than {MIN_STEADY_STEPS} steady steps with a period: capture more steps")
     if base["reason"]:
-        base["next"] = ["profile again with more decode steps and GPU activities recorded (CUDA activities on, "
-                        "kernels of CUDA graphs traced)"]
+        base["next"] = list(missing_next) if missing and missing_next else [
+            "profile again with more decode steps (more output tokens per request)" if not withheld else
+            "profile again over more steps"]
+        base["next_tests"] = [experiments.data_form(text, None) for text in base["next"]]
         return base
+    pace = pace or {}
+    paces = pace.get("ranks") or {}
     named = straggler.get("rank") if straggler and straggler.get("named") else None
     idle = {r: (d["idle_in_window_ms"] + d["host_ms"]) / d["period_ms"] for r, d in usable.items()}
     wait = {r: d["allreduce_wait_ms"] / d["period_ms"] for r, d in usable.items()}
     transfer = {r: d["allreduce_transfer_ms"] / d["period_ms"] for r, d in usable.items()}
-    candidate = str(named) if named is not None and str(named) in usable else max(idle, key=idle.get)
+    limit = pace.get("limit")
+    if limit is not None and str(limit) in usable and pace.get("bound"):
+        candidate = str(limit)
+    else:
+        candidate = str(named) if named is not None and str(named) in usable else max(idle, key=idle.get)
     d = usable[candidate]
+    own = paces.get(candidate) or {}
     ev = {
         "rank": int(candidate), "period_ms": d["period_ms"], "busy_ms": d["busy_ms"],
         "busy_share": _r(d["busy_ms"] / d["period_ms"]), "gpu_idle_share": _r(idle[candidate]),
+        "gpu_idle_share_by_rank": {r: _r(v) for r, v in sorted(idle.items())},
         "idle_host_share_of_idle": d.get("idle_host_share"),
         "allreduce_transfer_ms": d["allreduce_transfer_ms"], "allreduce_transfer_share": _r(transfer[candidate]),
         "max_wait_rank": None, "max_wait_ms": None, "max_wait_share": None,
         "straggler": named, "straggler_last_share": straggler.get("last_arrival_share") if straggler else None,
         "allreduce_floor_ratio": floor_ratio,
+        "bound": own.get("bound"), "host_ms_per_step": own.get("host_ms_per_step"),
+        "gpu_ms_per_step": own.get("gpu_ms_per_step"),
+        "host_ms_per_step_by_rank": {r: p.get("host_ms_per_step") for r, p in paces.items()},
+        "gpu_ms_per_step_by_rank": {r: p.get("gpu_ms_per_step") for r, p in paces.items()},
+        "steady": pace.get("steady"), "predicted_period_ms": pace.get("predicted_period_ms"),
+        "drifting_rank": pace.get("drifting_rank"),
     }
+    drift = paces.get(str(pace.get("drifting_rank"))) or {}
+    ev.update(lead_first_ms=drift.get("lead_first_ms"), lead_last_ms=drift.get("lead_last_ms"),
+              lead_change_ms=drift.get("lead_change_ms"))
     others = {r: w for r, w in wait.items() if r != candidate}
     if others:
         worst = max(others, key=others.get)
@@ -85,82 +156,231 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
     compute = {c: ms for c, ms in d["compute_ms"].items()}
     top = max(compute, key=compute.get) if compute else None
     ev["top_category"], ev["top_category_ms"] = top, compute.get(top) if top else None
+    led = _ledger_rank(ledger, candidate)
+    if led is not None:
+        ev.update(_ledger_evidence(led))
+        base["thresholds"]["memory_bound_factor"] = MEMORY_BOUND_FACTOR
+    links = [{k: f.get(k) for k in LINK_EVIDENCE} for f in fabric or [] if f.get("kind") == "pcie-link-degraded"]
+    if links:
+        ev["pcie_link"] = links
     out = dict(base, evidence=ev)
-    if idle[candidate] >= HOST_IDLE_MIN:
+    if coverage and not coverage.get("complete", True):
+        return _partial(out, coverage, paces, context)
+    bound = own.get("bound")
+    if bound == "host" or (bound is None and idle[candidate] >= HOST_IDLE_MIN):
         out.update(kind="host-bound", rank=int(candidate))
-    elif named is not None and others and max(others.values()) >= WAIT_MIN:
+    elif named is not None and int(candidate) == named and others and max(others.values()) >= WAIT_MIN:
         out.update(kind="imbalanced", rank=int(candidate))
     elif mean_transfer >= COMM_MIN:
         out.update(kind="communication-bound")
+    elif top in GEMM_CATEGORIES and ev.get("gemm_kind") == "memory-bound":
+        out.update(kind="memory-bound", rank=int(candidate), category=top)
     else:
         out.update(kind="compute-bound", rank=int(candidate), category=top)
-    out["next"] = advise(out, context)
+    if withheld:
+        out["evidence"]["figures_say"] = describe(out)
+        out.update(kind="inconclusive", rank=None, category=None, reason=withheld, next=[], next_tests=[])
+        return out
+    # The levers say where the step is above its floor; the advice is what the tune runs, each of its
+    # tests with the milliseconds the ledger finds above the floor of its part (with_ledger).
+    # The advice is what a tune runs, each test with the milliseconds the ledger finds above the floor
+    # of its part (with_ledger); the link's check and the levers (where the step is above its floor)
+    # are for the reader.
+    pairs = ([(text, None) for text in _link_first(out, fabric or [])] + _advice(out, context)
+             + [(text, None) for text in _lever_steps(led)])
+    out["next"] = [text for text, _ in pairs]
+    out["next_tests"] = experiments.with_ledger([experiments.data_form(text, test) for text, test in pairs], led,
+                                                out.get("rank"))
+    return out
+
+
+def _ledger_rank(ledger: Mapping | None, rank: str) -> Mapping | None:
+    """The ledger's figures of ``rank`` (a decomposition key), or None without a ledger."""
+    if not ledger:
+        return None
+    return next((r for r in ledger.get("ranks") or [] if str(r.get("rank")) == rank), None)
+
+
+def _ledger_evidence(led: Mapping) -> dict:
+    """The ledger's figures the verdict carries (see the module's docstring)."""
+    gemm, bw, floors = led.get("gemm") or {}, led.get("bandwidth") or {}, led.get("floors") or {}
+    return {"gemm_kind": gemm.get("kind"), "hbm_share": gemm.get("hbm_share"), "gemm_ms": gemm.get("measured_ms"),
+            "weights_floor_ms": gemm.get("floor_ms"), "bandwidth_gbps": bw.get("gbps"),
+            "bandwidth_source": bw.get("source"), "floors_ms": dict(floors) or None,
+            "headroom_ms": led.get("headroom_ms"), "headroom_at_most_ms": led.get("headroom_at_most_ms"),
+            "not_measured": dict(led.get("not_measured") or {}) or None,
+            "levers": {lv["part"]: lv["recoverable_ms"] for lv in led.get("levers") or []} or None}
+
+
+def _link_first(verdict: Mapping, fabric: list[Mapping]) -> list[str]:
+    """A degraded link's check, first: on a host-bound or imbalanced verdict's own rank, or any
+    link of a communication-bound run."""
+    kind = verdict["kind"]
+    if kind in ("host-bound", "imbalanced"):
+        return fabric_mod.advice_for_rank(fabric, verdict.get("rank"))
+    if kind == "communication-bound":
+        return [step for f in fabric if f.get("kind") == "pcie-link-degraded" for step in f["next"][:1]]
+    return []
+
+
+def _lever_steps(led: Mapping | None) -> list[str]:
+    """The ledger's levers as experiments, largest first, each with the milliseconds it could recover."""
+    if led is None:
+        return []
+    return [f"{lv['lever']}: {lv['recoverable_ms']:.2f} ms a step above its floor; {lv['next'][0]}"
+            for lv in led.get("levers") or [] if lv.get("next")]
+
+
+def _partial(out: dict, coverage: Mapping, paces: Mapping, context: Mapping) -> dict:
+    """Rule 2: the ranks present, the ranks missing, and each present rank's own figures."""
+    ev = out["evidence"]
+    bounds = coverage.get("allreduce_bounds") or {}
+    b = bounds.get(str(ev["rank"])) or {}
+    ev.update(ranks_present=list(coverage.get("present") or []), ranks_missing=list(coverage.get("missing") or []),
+              world_size=coverage.get("world_size"), allreduce_low_ms=b.get("low_ms_per_step"),
+              allreduce_high_ms=b.get("high_ms_per_step"), allreduce_low_share=b.get("low_share"),
+              allreduce_high_share=b.get("high_share"))
+    for k in ("allreduce_transfer_ms", "allreduce_transfer_share", "mean_transfer_share", "max_wait_rank",
+              "max_wait_ms", "max_wait_share", "straggler", "straggler_last_share"):
+        ev[k] = None  # what one rank of a group cannot tell
+    missing = coverage.get("missing") or []
+    fetch = "; ".join(f"rank {f['rank']}: {f['glob']}" for f in (coverage.get("fetch") or [])[:4])
+    out.update(kind="partial", rank=None, category=None,
+               reason=(f"{len(coverage.get('present') or [])} of the {coverage.get('world_size')} ranks have a trace "
+                       f"(missing: {', '.join(str(m) for m in missing[:8])}{', ...' if len(missing) > 8 else ''}): "
+                       "a collective's transfer cannot be told from waiting for the missing ranks, and one of them "
+                       "may limit the run"),
+               next=[f"fetch the missing ranks' traces ({fetch}) from the host, beside these, and summarize every "
+                     "rank together (vllm-trace-summary DIR)"])
+    out["next_tests"] = [experiments.data_form(text, None) for text in out["next"]]
     return out
 
 
 def advise(verdict: Mapping, context: Mapping) -> list[str]:
     """The one or two experiments most likely to help, for this verdict on this hardware."""
+    return [text for text, _ in _advice(verdict, context)]
+
+
+def _advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
+    """:func:`advise`'s experiments, each with the name of the test that runs it
+    (:data:`.experiments.TESTS`), or None for one that is no server variant."""
     kind = verdict["kind"]
     link = context.get("interconnect")
-    graphs = context.get("cuda_graphs")
     tp = context.get("tensor_parallel_size")
     rank = verdict.get("rank")
+    # The tests are vLLM's arguments and environment: none for another engine's trace.
+    vllm = (context.get("engine") or "vllm") == "vllm"
+
+    def t(name: str) -> str | None:
+        return name if vllm else None
+
     if kind == "host-bound":
-        first = ("turn CUDA graphs on (the steps launched no graph: drop --enforce-eager, and make the "
-                 "capture sizes cover the batch size)" if graphs is False else
-                 f"find what slows rank {rank}'s host: CPU contention and affinity of its worker (other "
-                 "processes, NUMA placement; pin the workers), then vLLM's --async-scheduling")
-        second = ("if the host is not contended: --async-scheduling, to overlap scheduling with the GPU"
-                  if graphs is False else "compare with a run on an idle host, to tell contention from vLLM's "
-                                          "own per-step CPU time")
-        return [first, second]
+        return _host_advice(verdict, context)
     if kind == "imbalanced":
-        return [f"check rank {rank}'s GPU: clocks and throttling (nvidia-smi -q -d PERFORMANCE,CLOCK), its PCIe "
-                "link width and speed, and its position in the topology",
-                f"profile again to see whether rank {rank} is always the late one"]
+        return [(f"check rank {rank}'s GPU: clocks and throttling (nvidia-smi -q -d PERFORMANCE,CLOCK), its PCIe "
+                 "link width and speed, and its position in the topology", None),
+                (f"profile again to see whether rank {rank} is always the late one", None)]
+    if kind == "memory-bound":
+        share = (verdict.get("evidence") or {}).get("hbm_share")
+        return [(f"the GEMMs read their weights at {100 * share:.0f}% of HBM bandwidth, so only fewer bytes per "
+                 "token make them faster: more tokens per step for the same weights (more concurrency, speculative "
+                 "decoding)", t("speculative")),
+                ("fewer bytes per weight: a lower-precision checkpoint (FP8, or INT4 with its kernels compared), or "
+                 "more ranks per instance (each reads less, for more all-reduce)", None)]
     ratio = (verdict.get("evidence") or {}).get("allreduce_floor_ratio")
     if kind == "communication-bound" and ratio is not None and ratio <= AT_FLOOR:
-        return [f"all-reduce already runs at the host's measured floor ({ratio:.2f}x): no NCCL setting will help; "
-                "fewer or larger collectives (speculative decoding, more requests per step)",
-                "fewer ranks per instance (a smaller TP group, replicas for throughput)"]
+        return [(f"all-reduce already runs at the host's measured floor ({ratio:.2f}x): no NCCL setting will help; "
+                 "fewer or larger collectives (speculative decoding, more requests per step)", t("speculative")),
+                ("fewer ranks per instance (a smaller TP group, replicas for throughput)", None)]
     if kind == "communication-bound":
         if ratio is not None and ratio >= ABOVE_FLOOR:
-            return [f"all-reduce runs {ratio:.1f}x above the host's measured floor: an NCCL sweep (NCCL_PROTO, "
-                    "NCCL_ALGO, NCCL_MAX_NCHANNELS) can close the gap; pre-screen it with allreduce_bench",
-                    "speculative decoding: fewer decode steps per output token"]
+            return [(f"all-reduce runs {ratio:.1f}x above the host's measured floor: an NCCL sweep "
+                     f"({experiments.sweep_words()}) can close the gap; pre-screen it with allreduce_bench",
+                     t("nccl-sweep")),
+                    ("speculative decoding: fewer decode steps per output token", t("speculative"))]
         if link == "nvlink":
-            return ["keep vLLM's custom / FlashInfer all-reduce on (not --disable-custom-all-reduce) and compare "
-                    "with NCCL symmetric memory", "speculative decoding: fewer decode steps per output token"]
+            return [("keep vLLM's custom / FlashInfer all-reduce on (not --disable-custom-all-reduce) and compare "
+                     "with NCCL symmetric memory", t("allreduce-paths")),
+                    ("speculative decoding: fewer decode steps per output token", t("speculative"))]
         where = "on PCIe" if link == "pcie" else "(interconnect unknown: record nvidia-smi topo -m)"
         smaller = f" (TP {tp // 2} x 2 replicas)" if isinstance(tp, int) and tp >= 4 else ""
-        return [f"an NCCL sweep {where}: NCCL_PROTO LL / LL128 / Simple x NCCL_ALGO Ring / Tree, against the "
-                "measured all-reduce floor", f"speculative decoding (fewer steps per token), or a smaller TP "
-                f"group{smaller}"]
+        return [(f"an NCCL sweep {where}: {experiments.sweep_words()}, pre-screened against the measured "
+                 "all-reduce floor", t("nccl-sweep")),
+                (f"speculative decoding (fewer steps per token), or a smaller TP group{smaller}", t("speculative"))]
     if kind == "compute-bound":
         cat = verdict.get("category")
         hints = {
-            "moe_gemm": "MoE kernels: compare the MoE backend (Marlin W4A16 and the alternatives) and expert "
-                        "parallelism",
-            "gemm": "dense GEMMs: a larger batch (more concurrency per step) amortizes them; check the "
-                    "quantized kernels chosen",
-            "attention": "attention: compare attention backends and the KV-cache dtype",
+            "moe_gemm": ("MoE kernels: compare the MoE backend (Marlin W4A16 and the alternatives) and expert "
+                         "parallelism", None),
+            "gemm": ("dense GEMMs: a larger batch (more concurrency per step) amortizes them; check the "
+                     "quantized kernels chosen", t("max-num-seqs")),
+            "attention": ("attention: compare attention backends and the KV-cache dtype", None),
         }
-        return [hints.get(cat, f"the {cat} kernels take most of the step: look at the top kernels"),
-                "speculative decoding: more tokens per step for the same weights read"]
-    return ["profile again with more decode steps and GPU activities recorded"]
+        return [hints.get(cat, (f"the {cat} kernels take most of the step: look at the top kernels", None)),
+                ("speculative decoding: more tokens per step for the same weights read", t("speculative"))]
+    return [("profile again with more decode steps and GPU activities recorded", None)]
+
+
+ENGINE_GRAPHS = {"vllm": "drop --enforce-eager, and make the capture sizes cover the batch size",
+                 "sglang": "drop --disable-cuda-graph, and make --cuda-graph-max-bs cover the batch size"}
+ENGINE_OVERLAP = {"vllm": "vLLM's --async-scheduling",
+                  "sglang": "SGLang's overlap scheduler (do not pass --disable-overlap-schedule)"}
+
+
+def _host_advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
+    """Host-bound: the slow rank's host first when it is slower than the others', then graphs
+    (when the steps launched none) or overlapping the host's work with the GPU's."""
+    rank = verdict.get("rank")
+    ev = verdict.get("evidence") or {}
+    hosts = {str(r): v for r, v in (ev.get("host_ms_per_step_by_rank") or {}).items() if v is not None}
+    mine, others = hosts.get(str(rank)), [v for r, v in hosts.items() if r != str(rank)]
+    slower = mine is not None and others and mine > max(others) * (1 + pace_rules.TIE_REL)
+    engine = context.get("engine") or "vllm"
+    graphs_test, overlap_test = ("cuda-graphs", "async-scheduling") if engine == "vllm" else (None, None)
+    graphs = f"{'HIP' if context.get('api') == 'HIP' else 'CUDA'} graphs"
+    graph_advice = (f"turn {graphs} on (the steps launched no graph: "
+                    f"{ENGINE_GRAPHS.get(engine, 'capture the step in a graph')})")
+    overlap = ENGINE_OVERLAP.get(engine, "overlapping the host's work with the GPU's")
+    contention = (f"find what slows rank {rank}'s host"
+                  + (f" ({mine:.1f} ms a step; the other ranks' {max(others):.1f} ms at most)" if slower else "")
+                  + ": CPU contention and affinity of its worker (other processes, NUMA placement; pin the workers)")
+    if slower:
+        return [(contention, None), (graph_advice, graphs_test) if context.get("cuda_graphs") is False
+                else (f"then {overlap}", overlap_test)]
+    if context.get("cuda_graphs") is False:
+        return [(graph_advice, graphs_test),
+                (f"if the host is not contended: {overlap}, to overlap scheduling with the GPU", overlap_test)]
+    return [(f"{contention}, then {overlap}", overlap_test),
+            ("compare with a run on an idle host, to tell contention from the engine's own per-step CPU time", None)]
 
 
 def describe(verdict: Mapping) -> str:
-    """The verdict in a few words, for a headline: ``host-bound on rank 0``."""
+    """The verdict in a few words, for a headline: ``host-bound on rank 0`` (``, not steady``
+    when the capture drifts; ``partial: ...`` with ranks missing)."""
     kind = verdict.get("kind") or "inconclusive"
+    ev = verdict.get("evidence") or {}
     if kind == "inconclusive":
         return f"inconclusive: {verdict.get('reason') or 'nothing to judge'}"
+    if kind == "partial":
+        present, missing = ev.get("ranks_present") or [], ev.get("ranks_missing") or []
+        return (f"partial: {_ranks(present)} of {ev.get('world_size')} only ({_ranks(missing)} missing), "
+                "no verdict on the run")
+    words = kind
     if kind == "compute-bound":
         cat = verdict.get("category")
-        return f"compute-bound ({cat})" if cat else "compute-bound"
-    if verdict.get("rank") is not None and kind in ("host-bound", "imbalanced"):
-        return f"{kind} on rank {verdict['rank']}"
-    return kind
+        words = f"compute-bound ({cat})" if cat else "compute-bound"
+    elif kind == "memory-bound":
+        share = ev.get("hbm_share")
+        words = (f"memory-bound ({verdict.get('category')} at {100 * share:.0f}% of HBM bandwidth)"
+                 if share is not None else "memory-bound")
+    elif verdict.get("rank") is not None and kind in ("host-bound", "imbalanced"):
+        words = f"{kind} on rank {verdict['rank']}"
+    return words + (", not steady" if ev.get("steady") is False else "")
+
+
+def _ranks(ranks: list) -> str:
+    shown = ", ".join(str(r) for r in ranks[:8]) + (", ..." if len(ranks) > 8 else "")
+    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
 
 
 def _r(v: float) -> float:

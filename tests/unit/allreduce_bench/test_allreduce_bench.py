@@ -63,6 +63,27 @@ def test_bandwidths_as_nccl_tests_computes_them():
     assert bench.bandwidths(10, 0.0, 2) == (None, None)
 
 
+def test_the_copy_bandwidth_counts_the_bytes_read_and_written():
+    # 1 GiB copied in 500 µs: 1 GiB read plus 1 GiB written
+    assert bench.copy_bandwidth(1 << 30, 500e-6) == pytest.approx(2 * (1 << 30) / 500e-6 / 1e9)
+    assert bench.copy_bandwidth(1 << 30, 0.0) is None
+
+
+def test_the_copy_report_from_the_ranks_timings():
+    times = [510.0, 500.0, 490.0, 505.0, 495.0]  # rank 0's µs per copy, one per loop
+    report = bench.copy_report({"times_us": times, "medians_us": [500.0, 400.0], "errors": [None, None]}, 1 << 30, 5)
+    assert report["median_us"] == 500.0 and report["min_us"] == 490.0
+    assert report["hbm_gbps"] == round(2 * (1 << 30) / 500e-6 / 1e9, 1)
+    assert report["hbm_gbps_by_rank"] == [round(2 * (1 << 30) / t / 1e3, 1) for t in (500.0, 400.0)]
+    assert (report["copies"], report["reps"], report["bytes"]) == (bench.COPIES, 5, 1 << 30)
+    assert "(bytes read + bytes written)" in report["timing"]
+    # a rank that could not copy is said, and no figure is made of the others
+    failed = bench.copy_report({"times_us": times, "medians_us": [500.0, None],
+                                "errors": [None, "rank 1: CUDA out of memory"]}, 1 << 30, 5)
+    assert failed == {"bytes": 1 << 30, "error": "rank 1: CUDA out of memory"}
+    assert bench.copy_report(None, 0, 5) is None
+
+
 def test_percentile_matches_the_linear_method():
     values = [5.0, 1.0, 4.0, 2.0, 3.0, 10.0]
     assert bench.percentile(values, 50) == statistics.median(values)
@@ -86,6 +107,8 @@ def test_usage_errors_exit_2():
     assert proc.returncode == 2 and "--iters and --reps must be at least 1" in proc.stderr
     proc = _run(sys.executable, "--batch-sizes", "1,x")
     assert proc.returncode == 2 and "expected comma-separated integers" in proc.stderr
+    proc = _run(sys.executable, "--copy-mib", "-1")
+    assert proc.returncode == 2 and "--copy-mib must be at least 0" in proc.stderr
 
 
 @pytest.mark.real_vllm
@@ -100,6 +123,7 @@ def test_two_gloo_ranks_with_the_pytorch_of_vllms_cpu_build(tmp_path):
     assert (result["tool"], result["schema"], result["backend"], result["world_size"]) == ("allreduce_bench", 1,
                                                                                           "gloo", 2)
     assert [(s["bytes"], s["batch_size"]) for s in result["sizes"]] == [(1024, None), (14336, 1), (114688, 8)]
+    assert result["device_copy"] is None  # gloo: no GPU to copy on
     for s in result["sizes"]:
         assert 0 < s["min_us"] <= s["median_us"] <= s["p90_us"] and len(s["median_us_by_rank"]) == 2
         assert s["busbw_gbps"] == pytest.approx(s["bytes"] / (s["median_us"] * 1e-6) / 1e9, rel=1e-3)

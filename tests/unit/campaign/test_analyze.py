@@ -18,7 +18,7 @@ from vllm_ops.campaign.cli import main
 from vllm_ops.traces import DEFAULT_DECODE_PATTERN, summarize
 from vllm_ops.traces.render import verdict_sentence
 
-from campaign_helpers import BIN, CPU_TRACE, H200
+from campaign_helpers import BIN, CPU_TRACE, H200, REPO
 
 PNG = b"\x89PNG\r\n\x1a\n"
 PATTERN = "^decode_step$"
@@ -105,7 +105,7 @@ def test_analyze_writes_every_output(campaign_dir, tmp_path, capsys):
     assert set(record) == {"id", "host", "started_at", "finished_at", "model", "vllm_version", "tensor_parallel_size",
                            "topology", "variant", "environment", "downtime", "path", "allreduce_floor", "settings",
                            "profiler_config", "load", "latency", "traces", "summary_json", "chart_png", "steps_png",
-                           "report"}
+                           "report", "checkpoint", "fabric", "ledger_png"}
     assert (record["id"], record["host"], record["started_at"], record["finished_at"]) == (
         "20261201T120000Z", "h200-a", "2026-12-01T12:00:00Z", "2026-12-01T12:41:07Z")
     assert (record["model"], record["vllm_version"], record["tensor_parallel_size"], record["variant"]) == (
@@ -315,3 +315,73 @@ def test_vllm_trace_summary_takes_the_tp_size_as_analyze_gives_it(capsys):
     assert context["tensor_parallel_size"] == 8 and context["sources"]["tensor_parallel_size"] == "given"
     assert trace_summary([*traces, "--tensor-parallel-size", "0"]) == 2
     assert capsys.readouterr().err == "vllm-trace-summary: error: --tensor-parallel-size must be at least 1, got 0\n"
+
+
+def test_the_checkpoint_and_the_pcie_links_of_the_capture(campaign_dir, tmp_path, capsys):
+    """capture.json's checkpoint record gives the summary its decode ledger, and its PCIe links (rank 1's
+    GPU at x4 of x16) a warning, the verdict's evidence and first step, campaign.json's fabric and a table."""
+    from vllm_ops import fabric
+    from vllm_ops.checkpoint import read_checkpoint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_hidden_layers": 61, "hidden_size": 7168,
+                                                   "intermediate_size": 28672, "num_attention_heads": 0,
+                                                   "torch_dtype": "bfloat16"}))
+    subprocess.run([str(BIN / "python"), str(REPO / "molecule" / "resources" / "toy_checkpoint.py"), str(model),
+                    "--shards", "4"], check=True, capture_output=True)
+    record = read_checkpoint(str(model))
+    bus = ["00000000:18:00.0", "00000000:2A:00.0"]
+    links = {"read": True, "reason": None, "during": "during the profiled requests", "interval_s": 2.0, "samples": 2,
+             "failed_samples": 0, "query": [], "errors": [], "p2p_read": None,
+             "gpus": [{"index": i, "bus_id": bus[i], "gen_current": 5, "gen_max": 5, "width_current": (16, 4)[i],
+                       "width_max": 16, "utilization_pct": 70} for i in range(2)],
+             "compute_apps": [{"pid": 40 + i, "process_name": f"VLLM::Worker_TP{i}", "bus_id": bus[i],
+                               "used_mib": 9000} for i in range(2)]}
+    capture = json.loads((campaign_dir / "capture.json").read_text())
+    capture.update(checkpoint=record, fabric=links)
+    (campaign_dir / "capture.json").write_text(json.dumps(capture))
+    assert main(["analyze", str(campaign_dir), "--decode-pattern", PATTERN]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    d = str(campaign_dir)
+
+    found = fabric.findings(fabric.assess({"tensor_parallel_size": 2, "environment": capture["environment"],
+                                           "fabric": links}))
+    assert [(f["kind"], f["gpu"], f["rank"]) for f in found] == [("pcie-link-degraded", 1, 1)]
+    # the decode steps are '^decode_step$' spans, whose names say no tokens: the ledger says so, never guesses
+    want = summarize(sorted(str(p) for p in campaign_dir.glob("*.pt.trace.json.gz")), decode_pattern=PATTERN,
+                     context={"interconnect": "nvlink", "tensor_parallel_size": 2}, checkpoint=record, fabric=found)
+    summary = json.loads((campaign_dir / "summary.json").read_text())
+    assert summary == json.loads(json.dumps(want))
+    assert summary["ledger"]["ranks"][1]["floors"]["weights"] is None
+    assert "the tokens per step are unknown" in summary["ledger"]["ranks"][1]["not_measured"]["reads"]
+    assert summary["verdict"]["evidence"]["pcie_link"][0]["gpu"] == 1
+    assert summary["verdict"]["next"][0] == fabric.advice_for_rank(found, 1)[0]
+
+    record_json = json.loads((campaign_dir / "campaign.json").read_text())
+    assert record_json["fabric"]["findings"] == json.loads(json.dumps(found))
+    assert [x["degraded"] for x in record_json["fabric"]["assessment"]["links"]] == [[], ["width"]]
+    assert record_json["checkpoint"] == {"path": str(model), "bytes": 61 * (2 * 7168 * 28672 + 7168) * 2,
+                                         "tensors": 183, "error": None}
+    assert record_json["ledger_png"] == "ledger.png" and (campaign_dir / "ledger.png").read_bytes()[:8] == PNG
+    assert lines[4].startswith(f"wrote {d}/ledger.png (") and "(2 warnings)" in lines[-1]
+
+    text = (campaign_dir / "report.md").read_text()
+    said = fabric.describe(found[0])
+    assert said == ("PCIe link of GPU 1 (00000000:2A:00.0, rank 1) at x4 of x16, Gen5 of Gen5 (25% of its bandwidth), "
+                    "read during the profiled requests")
+    for line in ("## PCIe links, read during the profiled requests\n",
+                 "| 1 | 00000000:2A:00.0 | 1 | x4 of x16 | Gen5 of Gen5 | 70% | 25% | width |",
+                 "| 0 | 00000000:18:00.0 | 0 | x16 of x16 | Gen5 of Gen5 | 70% | 100% | no |",
+                 f"- **{said}**", f"| pcie_link | {said} |", f"- {said}.",
+                 "## The steady decode step against its floor (the decode ledger)\n",
+                 "![The decode ledger: each part of the steady decode step, measured, beside its floor, per rank]"
+                 "(ledger.png)", "- rank 1, reads: the tokens per step are unknown"):
+        assert line in text, line
+
+    # the tokens the names do not give: the ledger's whole floor, with the spec bandwidth labelled
+    summary = summarize(sorted(str(p) for p in campaign_dir.glob("*.pt.trace.json.gz")), decode_pattern=PATTERN,
+                        context={"tensor_parallel_size": 2}, checkpoint=record, tokens=1)
+    floor_ms = 61 * (2 * 7168 * 28672 + 7168) * 2 / 2 / 4800e9 * 1e3
+    assert summary["ledger"]["ranks"][1]["floors"]["weights"] == pytest.approx(floor_ms, abs=1e-4)
+    assert "GEMMs at 86% of HBM bandwidth (4800 GB/s, spec): memory-bound" in verdict_sentence(summary)

@@ -63,7 +63,8 @@ def test_a_file_from_before_the_downtime_columns_is_migrated(tmp_path, campaign,
 def test_row_of_the_real_h200_pair_carries_the_verdict(campaign, h200_summary):
     row = history_row(campaign, h200_summary)
     ev = h200_summary["verdict"]["evidence"]
-    assert (row["verdict"], row["verdict_rank"], row["straggler"]) == ("host-bound", 0, 0)
+    # issue 20: the verdict's rank is the one whose host limits the run (1), not the last arriver (0)
+    assert (row["verdict"], row["verdict_rank"], row["straggler"]) == ("host-bound", 1, 0)
     assert row["steady_period_ms"] == ev["period_ms"] and row["steady_busy_ms"] == ev["busy_ms"]
     assert row["steady_idle_ms"] == pytest.approx(ev["period_ms"] - ev["busy_ms"], abs=1e-4)
     assert row["steady_transfer_ms"] == ev["allreduce_transfer_ms"] and row["steady_wait_ms"] == ev["max_wait_ms"]

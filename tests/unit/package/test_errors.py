@@ -9,11 +9,12 @@ from vllm_ops.cliutil import run_command
 from vllm_ops.errors import VllmOpsError
 from vllm_ops.experiment import ExperimentInputError
 from vllm_ops.job import JobInputError
+from vllm_ops.ledger import LedgerInputError
 from vllm_ops.traces import TraceInputError
 
 
 @pytest.mark.parametrize("error", [TraceInputError, CampaignInputError, ExperimentInputError, AllreduceInputError,
-                                   JobInputError])
+                                   JobInputError, LedgerInputError])
 def test_each_input_error_derives_from_the_base(error, capsys):
     assert issubclass(error, VllmOpsError) and issubclass(error, ValueError)
 

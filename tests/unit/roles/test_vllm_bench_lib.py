@@ -63,3 +63,23 @@ def test_the_bench_command_is_vllms_with_a_fixed_load():
     assert flags["--random-input-len"] == "1024" and flags["--random-output-len"] == "256"
     assert "--ignore-eos" in argv and "--save-result" in argv
     assert argv[-2:] == ["--temperature", "0"]
+
+
+_POINT = {"executable": "vllm", "base_url": "http://127.0.0.1:8000", "model": "m", "tokenizer": "/t",
+          "input_len": 32, "output_len": 16, "num_prompts": 8, "concurrency": 1, "warmups": 1, "seed": 3,
+          "result_dir": "/r", "result_filename": "c1-r1.json"}
+
+
+def test_the_temperature_is_pinned_to_greedy_unless_given():
+    flags = dict(itertools.pairwise(bench.bench_argv(_POINT)))
+    assert flags["--temperature"] == "0"
+    assert dict(itertools.pairwise(bench.bench_argv({**_POINT, "temperature": 0.7})))["--temperature"] == "0.7"
+    assert "--temperature" not in bench.bench_argv({**_POINT, "temperature": None})
+
+
+def test_a_prompts_file_is_vllms_custom_dataset_with_the_output_length_fixed():
+    argv = bench.bench_argv({**_POINT, "dataset_path": "/var/lib/x/prompts.jsonl"})
+    flags = dict(itertools.pairwise(argv))
+    assert flags["--dataset-name"] == "custom" and flags["--dataset-path"] == "/var/lib/x/prompts.jsonl"
+    assert flags["--custom-output-len"] == "16" and "--ignore-eos" in argv
+    assert "--random-input-len" not in argv and "--random-output-len" not in argv

@@ -1,5 +1,5 @@
 """``vllm bench serve``: a real client of vLLM 0.32's serving benchmark (the subset the project
-uses: the random dataset, streamed OpenAI completions), run against a server, the stand-in or
+uses: the random and the custom dataset, streamed OpenAI completions), run against a server, the stand-in or
 a real vLLM. It measures each request as vLLM's ``async_request_openai_completions`` does,
 prints vLLM's table and saves vLLM's result JSON (molecule/resources/standin/README.md:
 "vllm bench serve")."""
@@ -45,6 +45,10 @@ def build_bench_parser():
     parser.add_argument("--dataset-path", default=None)
     parser.add_argument("--random-input-len", type=int, default=1024)
     parser.add_argument("--random-output-len", type=int, default=128)
+    parser.add_argument("--no-oversample", action="store_true")
+    parser.add_argument("--skip-chat-template", action="store_true")
+    parser.add_argument("--disable-shuffle", action="store_true")
+    parser.add_argument("--custom-output-len", type=int, default=256)
     parser.add_argument("--num-prompts", type=int, default=1000)
     parser.add_argument("--max-concurrency", type=int, default=None)
     parser.add_argument("--request-rate", type=float, default=float("inf"))
@@ -197,8 +201,49 @@ def bench_first_model(base_url):
     return first.get("root") or first["id"], first["id"]
 
 
+def custom_samples(args):
+    """vLLM's CustomDataset: a JSONL file, one ``{"prompt": ...}`` a line, shuffled with ``--seed``
+    (unless ``--disable-shuffle``), answered with ``--custom-output-len`` tokens (-1: each line's
+    ``output_tokens``), repeated at random (``--seed``) up to ``--num-prompts`` unless
+    ``--no-oversample``. Its errors are vLLM's. The stand-in applies no chat template (it has no
+    tokenizer) and counts a prompt's words as its tokens."""
+    if args.dataset_path is None:
+        raise ValueError("dataset_path must be provided for loading data.")
+    if not args.dataset_path.endswith(".jsonl"):
+        raise NotImplementedError("Only JSONL format is supported for CustomDataset.")
+    with open(args.dataset_path, encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    if not rows or not all(isinstance(row, dict) and "prompt" in row for row in rows):
+        raise ValueError("JSONL file must contain a 'prompt' column.")
+    random.seed(args.seed)
+    if not args.disable_shuffle:
+        random.shuffle(rows)
+    samples = []
+    for row in rows[:args.num_prompts] if args.num_prompts > 0 else rows:
+        if args.custom_output_len in (None, -1):
+            if "output_tokens" not in row:
+                raise ValueError("If no output length is provided the custom dataset must contain an "
+                                 "'output_tokens' field.")
+            out = int(row["output_tokens"])
+        else:
+            out = args.custom_output_len
+        prompt = str(row["prompt"])
+        samples.append((prompt, max(1, len(prompt.split())), out))
+    if not args.no_oversample and len(samples) < args.num_prompts:
+        random.seed(args.seed)
+        samples += [random.choice(samples) for _ in range(args.num_prompts - len(samples))]
+    return samples
+
+
 def bench_samples(args):
-    """The random dataset: prompts of --random-input-len words (the stand-in's tokens)."""
+    """The random dataset: prompts of --random-input-len words (the stand-in's tokens); the custom
+    dataset: :func:`custom_samples`."""
+    if args.dataset_name == "custom":
+        return custom_samples(args)
+    if args.dataset_path is not None:
+        raise ValueError(f"Cannot use '{args.dataset_name}' dataset with --dataset-path. Please specify the "
+                         "appropriate --dataset-name (e.g., 'sharegpt', 'custom', 'hf') for your dataset file: "
+                         f"{args.dataset_path}")
     rng = random.Random(args.seed)
     return [(" ".join(rng.choice(FAKE_WORDS) for _ in range(max(1, args.random_input_len))),
              max(1, args.random_input_len), args.random_output_len)
@@ -290,14 +335,14 @@ def bench_main(argv):
               "modelled)", file=sys.stderr)
         return 2
     args = build_bench_parser().parse_args(argv[1:])
-    if args.dataset_name != "random":
+    if args.dataset_name not in ("random", "custom"):
         build_bench_parser().error(f"argument --dataset-name: the stand-in models only "
-                                   f"'random', not {args.dataset_name!r}")
+                                   f"'random' and 'custom', not {args.dataset_name!r}")
     shown = vars(args).copy()
     print("Namespace(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")", flush=True)
     try:
         return bench_serve(args)
-    except (ValueError, OSError):
+    except (ValueError, OSError, NotImplementedError):
         traceback.print_exc()  # vLLM dies of the exception: its traceback, exit status 1
         return 1
 
@@ -333,7 +378,8 @@ def bench_serve(args):
             raise ValueError("Invalid metadata format. Please use KEY=VALUE format.")
         key, value = item.split("=", 1)
         metadata[key.strip()] = value.strip()
-    ignore_eos = True  # vLLM: the random dataset on an OpenAI backend always ignores EOS
+    # vLLM: the random dataset on an OpenAI backend always ignores EOS; another, when asked
+    ignore_eos = args.ignore_eos or args.dataset_name == "random"
     sampling = {} if args.temperature is None else {"temperature": args.temperature}
     if not sampling:
         print("WARNING: vllm bench serve no longer sets temperature==0 (greedy) in requests by "

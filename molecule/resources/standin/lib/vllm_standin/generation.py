@@ -13,6 +13,7 @@ import uuid
 
 from vllm_standin import FINGERPRINT
 from vllm_standin.knobs import env_float
+from vllm_standin.nccl import step_allreduce_ms
 from vllm_standin.vocab import FAKE_WORDS
 
 
@@ -47,8 +48,9 @@ class Seqs:
 class Generation:
     """One completion request, with simulated time to first token and per decode step.
 
-    The first token comes from the prefill, after TTFT. Then each decode step takes TPOT and
-    emits one token; a speculating server (K draft tokens, ``a`` accepted per step, see
+    The first token comes from the prefill, after TTFT. Then each decode step takes TPOT plus its
+    all-reduce (``nccl.step_allreduce_ms``, 0 unless set) and emits one token; a speculating server
+    (K draft tokens, ``a`` accepted per step, see
     config.spec_step_model) takes TPOT * (1 + K * SPEC_DRAFT_OVERHEAD) a step and emits 1 + a tokens
     (the last step only what is left), so ceil((n - 1) / (1 + a)) steps for n tokens. A stream
     sends one chunk per step, as vLLM does."""
@@ -57,7 +59,8 @@ class Generation:
         self.app, self.prompts, self.counts, self.n = app, prompts, counts, max_tokens
         self.ttft = env_float("VLLM_STANDIN_TTFT_MS", 20.0) / 1000
         self.k, self.accepted, factor = app["spec"]
-        self.step_s = env_float("VLLM_STANDIN_TPOT_MS", 5.0) / 1000 * factor
+        # the step's compute, then its all-reduce as the server's NCCL settings scale it (nccl.py)
+        self.step_s = (env_float("VLLM_STANDIN_TPOT_MS", 5.0) + step_allreduce_ms()) / 1000 * factor
         self.steps = max(0, math.ceil((self.n - 1) / (1 + self.accepted)))
         self.tpot = self.step_s * self.steps / (self.n - 1) if self.k and self.n > 1 \
             else self.step_s

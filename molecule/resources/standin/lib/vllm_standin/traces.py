@@ -134,6 +134,58 @@ def synthetic_trace(rank, world, start_ns, title, steps=4):
             "traceEvents": events, "traceName": ""}
 
 
+def model_trace(rank, world, start_ns, title, compute_ms, allreduce_ms, steps=12, calls=4):
+    """The trace of the stand-in's own decode model (``nccl.py``), written instead of a template
+    when the all-reduce knob is set: ``steps`` decode steps of ``compute_ms`` of GEMM then
+    ``allreduce_ms`` of NCCL all-reduce in ``calls`` kernels (Kimi-K2.5's 7168 bf16 elements each,
+    the same on every rank: a transfer with no waiting), back to back on the GPU, each launched
+    by a host that then waits for it in ``cudaStreamSynchronize``, as a sampler does. The GPU's own
+    work bounds every step, and the all-reduce's share is ``allreduce_ms / (compute_ms +
+    allreduce_ms)``: communication-bound when it is large."""
+    pid = os.getpid()
+    base = start_ns // 10**9 * 10**9
+    t = (start_ns - base) / 1000.0
+    compute_us, ar_us = compute_ms * 1000.0, allreduce_ms * 1000.0
+    period = compute_us + ar_us + 40.0
+    events = [
+        {"name": "process_name", "ph": "M", "ts": t, "pid": pid, "tid": 0, "args": {"name": title}},
+        {"name": "process_labels", "ph": "M", "ts": t, "pid": rank, "tid": 0,
+         "args": {"labels": f"GPU {rank}"}},
+    ]
+    corr = 1
+    for step in range(steps):
+        t0 = t + step * period
+        ext = 10_000 + step
+        events.append({"ph": "X", "cat": "user_annotation", "name": DECODE_ANNOTATION, "pid": pid,
+                       "tid": pid, "ts": t0, "dur": period - 10.0, "args": {"External id": ext}})
+        g0 = t0 + 15.0
+        events.append({"ph": "X", "cat": "gpu_user_annotation", "name": DECODE_ANNOTATION, "pid": rank,
+                       "tid": 7, "ts": g0, "dur": compute_us + ar_us, "args": {"External id": ext,
+                                                                             "device": rank}})
+        kernels = [("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_NNT", compute_us, {})]
+        kernels += [("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", ar_us / calls,
+                     {"Collective name": "allreduce", "In msg nelems": 7168, "Out msg nelems": 7168,
+                      "dtype": "BFloat16", "Process Group Name": "0", "Group size": world})] * calls
+        k_ts, launch_ts = g0, t0 + 2.0
+        for name, dur, extra in kernels:
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid,
+                           "tid": pid, "ts": launch_ts, "dur": 2.0, "args": {"correlation": corr}})
+            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": rank, "tid": 7, "ts": k_ts,
+                           "dur": dur, "args": {"device": rank, "stream": 7, "correlation": corr, **extra}})
+            launch_ts += 2.5
+            k_ts += dur
+            corr += 1
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": pid,
+                       "tid": pid, "ts": launch_ts, "dur": g0 + compute_us + ar_us - launch_ts,
+                       "args": {"correlation": corr}})
+        corr += 1
+    return {"schemaVersion": 1,
+            "deviceProperties": [{"id": rank, "name": "NVIDIA H200", "totalGlobalMem": 150109880320}],
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world,
+                                "pg_config": [{"pg_name": "0", "pg_size": world, "ranks": list(range(world))}]},
+            "displayTimeUnit": "ms", "baseTimeNanoseconds": base, "traceEvents": events, "traceName": ""}
+
+
 def cuda_time_table(trace):
     """A torch key_averages()-style table sorted by self CUDA time."""
     totals = {}

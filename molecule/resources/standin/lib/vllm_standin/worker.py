@@ -16,11 +16,13 @@ import time
 from vllm_standin import VERSION
 from vllm_standin.knobs import env_float, fault, fault_names_rank
 from vllm_standin.logs import OUT_LOCK, fail_with_traceback, log, set_label
+from vllm_standin.nccl import step_allreduce_ms
 from vllm_standin.processes import set_comm, worker_name
 from vllm_standin.traces import (
     cuda_time_table,
     load_json_gz,
     min_ts,
+    model_trace,
     retime_template,
     synthetic_trace,
     template_files,
@@ -189,7 +191,10 @@ class Worker:
     def make_trace(self, start_ns, detailed=False):
         files = template_files()
         world = self.cfg["tp"]
-        if not files:
+        if step_allreduce_ms() > 0:  # the all-reduce knob: the traces show the model's own steps
+            trace = model_trace(self.rank, world, start_ns, f"VLLM::{worker_name(self.rank, world)}",
+                                env_float("VLLM_STANDIN_TPOT_MS", 5.0), step_allreduce_ms())
+        elif not files:
             trace = synthetic_trace(self.rank, world, start_ns,
                                     f"VLLM::{worker_name(self.rank, world)}")
         else:

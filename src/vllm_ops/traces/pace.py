@@ -1,0 +1,134 @@
+"""Is the capture steady, and which rank limits the run: each rank's host time and GPU time per
+step beside its period, and how far its host runs ahead of its GPU.
+
+A tensor-parallel group runs at the pace of its slowest member, host or GPU. The rank that
+arrives last at the collectives is not always that member: a host that began far ahead of its
+GPU keeps its rank early while the lead lasts, and the lead shrinks every step by the time that
+host needs beyond the group's pace. So each rank's own needs are read apart from the period
+the capture shows, and the lead tells whether that period will last.
+
+Definitions (per rank, over a set of its decode steps: the steady ones, or those of a regime,
+:mod:`.regimes`; the per-step figures are :mod:`.timeline`'s; thresholds are the constants
+below):
+
+* ``host_ms_per_step``: the median of the steps' ``host_step_ms`` plus the median of their
+  ``host_gap_ms`` (0 when no step has one): the host's own time to issue a step and to get to
+  the next, its waits for the GPU left out. Null without CPU annotations and launch calls.
+* ``gpu_ms_per_step``: the median over the steps of ``busy_ms`` less the step's exposed
+  all-reduce waiting (:func:`.summary.exposed_allreduce`): the GPU's own work per step, compute
+  and transfer, waiting for other ranks left out. Where some ranks of the group have no trace,
+  waiting cannot be told from transfer and this is an upper bound (``gpu_upper_bound``).
+* ``period_ms``: the median period of the steps.
+* ``lead_ms``: the median of the steps' ``lead_ms`` (GPU step start less host step start).
+  ``lead_slope_ms_per_step``: the Theil-Sen slope of the lead against the step index (the
+  median of the slopes between every two steps, robust to a few odd steps);
+  ``lead_change_ms``: that slope times the index range: how much the lead grew (positive) or
+  shrank (negative) through the capture (in a trace concatenated from several captures, the
+  slopes are taken within each capture, and the range is the longest capture's). At least
+  :data:`MIN_TREND_STEPS` steps with a lead, else null; over :data:`TREND_MAX_POINTS` evenly
+  spaced steps when there are more.
+* ``steady``: false when ``|lead_change_ms|`` is at least :data:`DRIFT_MIN` periods: host and
+  GPU then do not run at one pace, and the periods measured will not last (a shrinking lead
+  runs out and the GPU starts waiting for its host; a growing one fills the launch queue).
+* ``need_ms_per_step``: the larger of host and GPU time per step; ``bound`` is ``host`` when
+  the host's exceeds the GPU's by more than :data:`TIE_REL`, or comes within :data:`TIE_REL` of
+  it while the host does not run ahead (``lead_ms`` below :data:`AHEAD_REL` periods: the GPU
+  waits for it); else ``gpu``. Without a host figure the bound is unknown (null).
+
+Across ranks (:func:`group`):
+
+* ``limit``: the rank with the largest need; of the ranks within :data:`TIE_REL` of it, the
+  one with the smallest lead (its GPU waits for its host), then the lowest rank.
+* ``predicted_period_ms``: the limit's need: the period a longer run settles at, since every
+  rank waits for the slowest at each collective. A steady capture already runs near it; one
+  that is not steady drifts towards it.
+* ``steady``: every rank is steady. ``drifting_rank``: of the ranks that are not, the one whose
+  lead moved most.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from statistics import median
+
+import numpy as np
+
+MIN_TREND_STEPS = 3
+TREND_MAX_POINTS = 1000  # a longer capture's trend is taken over this many evenly spaced steps
+DRIFT_MIN = 0.5
+TIE_REL = 0.05
+AHEAD_REL = 0.5
+THRESHOLDS = {"drift_min_periods": DRIFT_MIN, "pace_tie_rel": TIE_REL, "ahead_rel": AHEAD_REL,
+              "min_trend_steps": MIN_TREND_STEPS}
+
+
+def theil_sen(points: Sequence[tuple[float, float]], groups: Sequence[int] | None = None) -> float | None:
+    """The median of the slopes between every two points of distinct x (None with fewer than two);
+    with ``groups``, only between points of one group (the steps of one capture); over
+    :data:`TREND_MAX_POINTS` evenly spaced points of a longer capture."""
+    groups = list(groups) if groups is not None else [0] * len(points)
+    if len(points) > TREND_MAX_POINTS:
+        pick = np.linspace(0, len(points) - 1, TREND_MAX_POINTS).round().astype(int)
+        points, groups = [points[i] for i in pick], [groups[i] for i in pick]
+    xy = np.array(points, float).reshape(-1, 2)
+    g = np.array(groups)
+    i, j = np.triu_indices(len(xy), 1)
+    dx = xy[j, 0] - xy[i, 0]
+    keep = (dx != 0) & (g[i] == g[j])
+    return float(np.median((xy[j, 1] - xy[i, 1])[keep] / dx[keep])) if keep.any() else None
+
+
+def rank_pace(steps: Sequence[Mapping], exposed_wait: Iterable[float | None], partial: bool = False) -> dict:
+    """One rank's pace over ``steps`` (its step rows), ``exposed_wait`` the exposed all-reduce
+    waiting of each (ms). See the module docstring."""
+    host_step = [s["host_step_ms"] for s in steps if s.get("host_step_ms") is not None]
+    gaps = [s["host_gap_ms"] for s in steps if s.get("host_gap_ms") is not None]
+    host = _r(median(host_step) + (median(gaps) if gaps else 0.0)) if host_step else None
+    gpu_work = [s["busy_ms"] - (w or 0.0) for s, w in zip(steps, exposed_wait, strict=True)
+                if s.get("busy_ms") is not None and s.get("activities")]
+    gpu = _r(median(gpu_work)) if gpu_work else None
+    periods = [s["period_ms"] for s in steps if s.get("period_ms") is not None]
+    period = _r(median(periods)) if periods else None
+    with_lead = [s for s in steps if s.get("lead_ms") is not None]
+    leads = [(s["index"], s["lead_ms"]) for s in with_lead]
+    captures = [s.get("capture", 0) for s in with_lead]
+    slope = theil_sen(leads, captures) if len(leads) >= MIN_TREND_STEPS else None
+    spans = {}
+    for (idx, _), c in zip(leads, captures, strict=True):
+        lo, hi = spans.get(c, (idx, idx))
+        spans[c] = (min(lo, idx), max(hi, idx))
+    change = slope * max(hi - lo for lo, hi in spans.values()) if slope is not None else None
+    lead = median(v for _, v in leads) if leads else None
+    steady = not (change is not None and period and abs(change) >= DRIFT_MIN * period)
+    need = max(v for v in (host, gpu) if v is not None) if host is not None or gpu is not None else None
+    bound = None
+    if host is not None and gpu is not None:
+        ahead = lead is not None and period is not None and lead >= AHEAD_REL * period
+        bound = "host" if host > gpu * (1 + TIE_REL) or (host >= gpu * (1 - TIE_REL) and not ahead) else "gpu"
+    return {
+        "steps": len(steps), "host_ms_per_step": host, "gpu_ms_per_step": gpu, "gpu_upper_bound": partial,
+        "period_ms": period, "lead_ms": _r(lead), "lead_first_ms": _r(leads[0][1]) if leads else None,
+        "lead_last_ms": _r(leads[-1][1]) if leads else None, "lead_slope_ms_per_step": _r(slope),
+        "lead_change_ms": _r(change), "steady": steady, "need_ms_per_step": need, "bound": bound,
+    }
+
+
+def group(per_rank: Mapping[int, Mapping]) -> dict:
+    """The limit, the predicted period and whether the capture is steady, over the ranks' paces."""
+    live = {r: p for r, p in per_rank.items() if p.get("need_ms_per_step") is not None}
+    out = {"limit": None, "bound": None, "predicted_period_ms": None, "steady": None, "drifting_rank": None,
+           "thresholds": dict(THRESHOLDS)}
+    if not live:
+        return out
+    top = max(p["need_ms_per_step"] for p in live.values())
+    tied = [r for r, p in live.items() if p["need_ms_per_step"] >= top * (1 - TIE_REL)]
+    limit = min(tied, key=lambda r: (live[r]["lead_ms"] if live[r]["lead_ms"] is not None else float("inf"), r))
+    drifting = [r for r, p in live.items() if not p["steady"]]
+    out.update(limit=limit, bound=live[limit]["bound"], predicted_period_ms=live[limit]["need_ms_per_step"],
+               steady=not drifting,
+               drifting_rank=max(drifting, key=lambda r: (abs(live[r]["lead_change_ms"]), -r)) if drifting else None)
+    return out
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(float(v), 4) + 0.0  # + 0.0: no -0.0

@@ -1,0 +1,157 @@
+"""The tune's plan: candidates from the verdict's next experiments or a plan file, which the floor can
+pre-screen, the budget, and the cost in loads and minutes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vllm_ops.traces.experiments import data_form
+from vllm_ops.tune import TuneInputError, build_plan, last_load
+from vllm_ops.tune.plan import cost, plan_words, prescreen_why
+
+from tune_helpers import COMM_NEXT, HOST_NEXT, UNIT
+
+
+def _plan(source, max_loads=2, **kw):
+    return build_plan(source, unit_environment=UNIT["environment"], unit_args=UNIT["extra_args"], max_loads=max_loads,
+                      **kw)
+
+
+def test_a_communication_bound_verdict_pre_screens_the_six_nccl_variants():
+    plan = _plan(COMM_NEXT)
+    names = [c["name"] for c in plan["candidates"]]
+    sweep = [f"nccl:NCCL_PROTO={p},NCCL_MAX_NCHANNELS={n}" for p in ("LL", "LL128", "Simple") for n in (8, 16)]
+    assert names == [*sweep, "ngram"]
+    assert plan["prescreen"] == sweep and plan["unscreened"] == ["ngram"]
+    assert plan["budget"] == {"max_loads": 2, "loads_min": 1, "loads_max": 2, "over": False, "message": None}
+    by = {c["name"]: c for c in plan["candidates"]}
+    # what each changes from the unit's settings (LL, 16 channels): LL/16 only turns FlashInfer's off
+    assert by["nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS=16"]["settings"] == "VLLM_ALLREDUCE_USE_FLASHINFER=0"
+    assert by["nccl:NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS=8"]["settings"] == (
+        "NCCL_PROTO=LL128 NCCL_MAX_NCHANNELS=8 VLLM_ALLREDUCE_USE_FLASHINFER=0")
+    assert "arguments (--speculative-config" in by["ngram"]["prescreen_why"]
+    assert [t["candidates"] for t in plan["tests"]] == [sweep, ["ngram"]]
+
+
+def test_a_candidate_that_is_the_unit_s_own_settings_is_left_out():
+    unit = {**UNIT["environment"], "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}
+    plan = build_plan(COMM_NEXT, unit_environment=unit, unit_args=[], max_loads=2)
+    assert plan["dropped"] == [{"name": "nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS=16",
+                                "why": "its settings are the unit's own"}]
+    assert len(plan["prescreen"]) == 5
+
+
+def test_a_host_bound_verdict_plans_the_host_side_change_and_no_nccl_sweep():
+    plan = _plan(HOST_NEXT)
+    assert [c["name"] for c in plan["candidates"]] == ["cuda-graphs"]
+    assert plan["prescreen"] == [] and plan["unscreened"] == ["cuda-graphs"]
+    assert plan["manual"] == ["find what slows rank 1's host"]
+
+
+def test_the_same_variant_from_two_experiments_is_one_candidate_and_one_load():
+    # The verdict's advice and a ledger lever on the same part (the GPU idle: CUDA graphs) name the same
+    # variant: planned once, and both experiments say so.
+    lever = data_form("gpu_idle: 1.62 ms a step above its floor; run with CUDA graphs", "cuda-graphs")
+    plan = _plan([*HOST_NEXT, lever], max_loads=1)
+    assert [c["name"] for c in plan["candidates"]] == ["cuda-graphs"]
+    assert plan["budget"]["loads_min"] == 1 and not plan["budget"]["over"]
+    assert [t["candidates"] for t in plan["tests"]][-1] == ["cuda-graphs"]
+
+
+def test_a_plan_over_the_budget_says_its_cost_and_what_to_do():
+    source = {"variants": [{"name": n, "extra_args": [f"--{n}"]} for n in ("async-scheduling", "no-enforce-eager",
+                                                                              "enable-chunked-prefill")]}
+    plan = _plan(source)
+    b = plan["budget"]
+    assert b["over"] and (b["loads_min"], b["max_loads"]) == (3, 2)
+    assert b["message"].startswith("the plan needs at least 3 variant load(s) (async-scheduling, no-enforce-eager, "
+                                   "enable-chunked-prefill: no floor can pre-screen them) and vllm_tune_max_loads is 2")
+    assert "raise vllm_tune_max_loads, or drop variants" in b["message"]
+    assert not _plan(source, max_loads=3)["budget"]["over"]
+
+
+def test_a_configured_draft_or_eagle_model_replaces_ngram():
+    eagle = {"method": "eagle3", "model": "/models/eagle3-head", "num_speculative_tokens": 3}
+    (spec,) = [c for c in _plan(COMM_NEXT, speculative_config=eagle)["candidates"] if c["test"] == "speculative"]
+    assert spec["name"] == "spec-eagle3" and spec["extra_args"] == ["--speculative-config",
+                                                                     json.dumps(eagle, sort_keys=True)]
+
+
+@pytest.mark.parametrize(("source", "words"), [
+    ({"variants": [{"name": "port", "extra_args": ["--port", "9"]}]}, "sets --port, which the role sets itself"),
+    ({"variants": [{"name": "bad", "environment": {"NCCL_PROTO": "LL256"}}]}, "NCCL_PROTO"),
+    ({"variant": []}, "unknown keys variant"),
+    ([{"text": "x", "expected_ms": "3"}], "expected_ms must be a number"),
+    ({"sweeps": [{"environment": {"NCCL_PROTO": []}}]}, "empty list of values"),
+])
+def test_a_bad_plan_is_refused_before_anything_stops(source, words):
+    with pytest.raises(TuneInputError, match=words):
+        _plan(source)
+
+
+@pytest.mark.parametrize(("variant", "why"), [
+    ({"environment": {"NCCL_PROTO": "LL128", "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}}, None),
+    ({"environment": {"VLLM_ALLREDUCE_USE_FLASHINFER": "1"}}, "it sets VLLM_ALLREDUCE_USE_FLASHINFER"),
+    ({"environment": {"NCCL_PROTO": "LL"}, "extra_args": ["--disable-custom-all-reduce"]}, "it passes arguments"),
+    ({"environment": {}}, "changes nothing"),
+])
+def test_only_what_the_floor_runs_is_pre_screened(variant, why):
+    got = prescreen_why(variant)
+    assert (got is None) if why is None else (why in got)
+
+
+def _record(path, name, data):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / name).write_text(json.dumps(data))
+
+
+def test_the_last_measured_load_comes_from_the_newest_tune_else_a_job_s_gaps(tmp_path):
+    host = tmp_path / "h1"
+    assert last_load(host)["seconds"] is None
+    _record(host / "20261201T100000Z", "job.json", {"kind": "campaign", "id": "A", "downtime": {"gap_list": [
+        {"seconds": 30.0, "open": False}, {"seconds": 40.0, "open": False}, {"seconds": 500.0, "open": True}]}})
+    assert last_load(host) == {"seconds": 35.0, "source": "the downtime gaps of campaign A"}
+    _record(host / "20261201T090000Z", "tune.json", {"id": "T", "loads": [{"seconds": 10.0}, {"seconds": 12.0},
+                                                                          {"seconds": 20.0}]})
+    assert last_load(host) == {"seconds": 12.0, "source": "the loads timed by tune T"}
+
+
+def test_the_cost_in_loads_and_minutes():
+    plan = _plan(COMM_NEXT)
+    c = cost(plan, 1, {"seconds": 30.0, "source": "s"})
+    # 1 profile + 1 to 2 variants + 1 back: 3 to 4 loads of 30 s
+    assert (c["loads_min"], c["loads_max"], c["downtime_min_s"], c["downtime_max_s"]) == (3, 4, 90.0, 120.0)
+    words = plan_words({**plan, "origin": {"words": "the verdict X"}}, c)
+    assert words.startswith("plan from the verdict X: 7 candidate(s), 6 pre-screened first")
+    assert ("cost 3-4 model load(s) (1 profile, 1-2 variant(s), 1 back to the normal service), "
+            "about 1.5-2.0 min") in words
+    unknown = plan_words(plan, cost(plan, 0, {"seconds": None, "source": "no load measured"}))
+    assert "minutes unknown: no load measured" in unknown
+
+
+def test_next_experiments_that_are_no_variant_are_named_as_left_to_the_user():
+    plan = _plan([data_form("check the clocks", None)])
+    assert plan["candidates"] == [] and plan["manual"] == ["check the clocks"]
+    assert "nothing to load" in plan_words(plan, cost(plan, 0, {"seconds": 5.0, "source": "s"}))
+
+
+def test_a_catalogue_sweep_keeps_its_order_when_it_comes_from_a_json_file_with_sorted_keys():
+    sorted_copy = json.loads(json.dumps(COMM_NEXT, sort_keys=True))
+    assert next(iter(sorted_copy[0]["sweeps"][0]["environment"])) == "NCCL_MAX_NCHANNELS"  # as summary.json has it
+    names = [c["name"] for c in _plan(COMM_NEXT)["candidates"]]
+    assert [c["name"] for c in _plan(sorted_copy)["candidates"]] == names
+
+
+@pytest.mark.parametrize("name", ["nccl-sweep.yml", "host-side.yml"])
+def test_the_example_plan_files_plan(name):
+    import yaml
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[3]
+    plan = _plan(yaml.safe_load((root / "examples" / "tune" / name).read_text()))
+    assert not plan["budget"]["over"] and plan["candidates"]
+    if name == "nccl-sweep.yml":
+        assert plan["prescreen"] == [c["name"] for c in _plan(COMM_NEXT)["candidates"] if c["prescreen"]]
+    else:
+        assert plan["unscreened"] == ["cuda-graphs", "async-scheduling"]

@@ -1,0 +1,127 @@
+"""The tune's commands end to end on a directory as the role leaves it: plan, pre-screen, winner,
+report. Expected figures are computed here from the numbers the fixture writes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+
+import yaml
+
+from vllm_ops.tune.cli import main
+
+from tune_helpers import COMM_NEXT, HOST_NEXT, UNIT, floor, summary, write_experiment
+
+LL128_16, LL128_8 = "nccl:NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS=16", "nccl:NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS=8"
+FLOORS = {"unit": 100.0, "nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS=8": 130.0,
+          "nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS=16": 100.5, LL128_8: 65.0, LL128_16: 50.0,
+          "nccl:NCCL_PROTO=Simple,NCCL_MAX_NCHANNELS=8": 117.0, "nccl:NCCL_PROTO=Simple,NCCL_MAX_NCHANNELS=16": 90.0}
+BASE, WIN, SECOND = [15.0, 15.2, 14.8], [10.0, 10.1, 9.9], [11.5, 11.6, 11.4]
+DOWNTIME = {"seconds_not_ready": 40.5, "gaps": 3, "longest_gap_s": 15.0, "gap_list": []}
+
+
+def _tune_json(d, **kw):
+    record = {"id": d.name, "host": "h1", "started_at": "2026-12-01T12:00:00Z", "finished_at": "2026-12-01T12:05:00Z",
+              "profile_path": "restart", "stopped": True, "applied": None, "downtime": DOWNTIME, "error": None,
+              "loads": [{"what": "profile", "name": "profiling", "seconds": 9.0},
+                        {"what": "variant", "name": LL128_16, "seconds": 10.0},
+                        {"what": "variant", "name": LL128_8, "seconds": 11.0}],
+              "load": {"input_len": 32, "output_len": 16, "num_prompts": 8, "concurrencies": [1, 4], "repeats": 3,
+                       "temperature": 0.0, "prompts_file": ""}, **kw}
+    (d / "tune.json").write_text(json.dumps(record))
+
+
+def _plan(d, next_tests=COMM_NEXT, ledger=None, capsys=None):
+    (d / "profile" / "summary.json").write_text(json.dumps(summary(next_tests, ledger=ledger)))
+    assert main(["plan", "--summary", str(d / "profile" / "summary.json"), "--unit", json.dumps(UNIT),
+                 "--max-loads", "2", "--profile-loads", "1", "--out", str(d / "plan.json")]) == 0
+    return json.loads(capsys.readouterr().out) if capsys else None
+
+
+def _prescreen(d):
+    (d / "allreduce").mkdir()
+    for name, median in FLOORS.items():
+        (d / "allreduce" / f"allreduce-{name}.json").write_text(json.dumps(floor(name, median)))
+    assert main(["prescreen", str(d)]) == 0
+
+
+def test_a_tune_of_the_nccl_sweep_names_the_winner_with_its_noise_band_and_cost(tune_dir, capsys):
+    d = tune_dir
+    plan = _plan(d, capsys=capsys)
+    assert plan["cost"]["loads_max"] == 4 and "6 pre-screened first" in plan["words"]
+    _prescreen(d)
+    pre = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in pre["load"]] == [LL128_16, LL128_8]
+    write_experiment(d, {"baseline": (UNIT["environment"], UNIT["extra_args"], BASE, [100.0, 101.0, 99.0]),
+                         LL128_16: ({"NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": "16",
+                                     "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}, [], WIN, [150.0, 151.0, 149.0]),
+                         LL128_8: ({"NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": "8",
+                                    "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}, [], SECOND, [130.0, 131.0, 129.0])})
+    _tune_json(d)
+    assert main(["winner", str(d)]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "name": LL128_16, "environment": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": "16",
+                                          "VLLM_ALLREDUCE_USE_FLASHINFER": "0"},
+        "extra_args": ["--trust-remote-code"]}
+    history = d.parent / "tunes.csv"
+    assert main(["analyze", str(d), "--history", str(history)]) == 0
+    headline = capsys.readouterr().out.strip().splitlines()[-1]
+    report = json.loads((d / "report.json").read_text())
+    cb, cv = statistics.median(BASE), statistics.median(WIN)
+    change = 100 * (cv / cb - 1)
+    band = 100 * (max(abs(b - cb) for b in BASE) + max(abs(v - cv) for v in WIN)) / cb
+    result = (f"tested: `NCCL_PROTO=LL128 VLLM_ALLREDUCE_USE_FLASHINFER=0` TPOT {change:+.1f}% (+/-{band:.1f}%) at "
+              f"concurrency 1, expected {-(1 - 50 / 100) * 10:.1f} ms, measured {cv - cb:.1f} ms")
+    assert report["result"] == result
+    assert headline == (f"h1: {result}; 6 pre-screened, 3 kept (nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS=8 slower, "
+                        "nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS=16 same, nccl:NCCL_PROTO=Simple,NCCL_MAX_NCHANNELS=8 "
+                        "slower); cost 4 model load(s), downtime 40.5 s in 3 gaps (longest 15.0 s), 5 min 0 s in all "
+                        f"-> {d / 'report.md'}")
+    assert report["costs"]["loads_words"] == (f"4 (profile profiling 9.0 s, variant {LL128_16} 10.0 s, variant "
+                                              f"{LL128_8} 11.0 s, the normal service back)")
+    assert report["warnings"] == [f"{n} not loaded: the budget of 2 load(s) (vllm_tune_max_loads) went to candidates "
+                                  "expected to recover more, or earlier in the plan"
+                                  for n in ("nccl:NCCL_PROTO=Simple,NCCL_MAX_NCHANNELS=16", "ngram")]
+    host_vars = yaml.safe_load((d / "host_vars.yml").read_text())
+    assert host_vars == {"vllm_environment": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": "16",
+                                              "VLLM_ALLREDUCE_USE_FLASHINFER": "0"},
+                         "vllm_extra_args": ["--trust-remote-code"]}
+    (row,) = list(csv.DictReader(history.open()))
+    assert (row["winner"], row["model_loads"], row["prescreened"], row["kept"], row["loaded"], row["wall_s"]) == (
+        LL128_16, "4", "6", "3", "2", "300")
+    assert float(row["measured_ms"]) == cv - cb and float(row["expected_ms"]) == -5.0
+    md = (d / "report.md").read_text()
+    assert "## The pre-screen" in md and f"| {LL128_16} | kept | 0.500 |" in md
+    assert (d / "experiment" / "report.md").exists() and (d / "experiment" / "tpot.png").exists()
+
+
+def test_when_nothing_helps_the_result_says_how_far_the_step_is_from_its_floor(tune_dir, capsys):
+    d = tune_dir
+    ledger = {"ranks": [{"rank": 0, "headroom_ms": 3.0, "floors": {"total": 6.0}},
+                        {"rank": 1, "headroom_ms": 1.2, "floors": {"total": 6.0}}]}
+    _plan(d, HOST_NEXT, ledger=ledger, capsys=capsys)
+    write_experiment(d, {"baseline": (UNIT["environment"], UNIT["extra_args"], BASE, [100.0, 101.0, 99.0]),
+                         "cuda-graphs": ({}, ["--no-enforce-eager"], [15.1, 15.0, 14.9], [100.5, 101.0, 99.5])})
+    _tune_json(d, loads=[{"what": "profile", "name": "profiling", "seconds": 9.0},
+                         {"what": "variant", "name": "cuda-graphs", "seconds": 10.0}])
+    assert main(["winner", str(d)]) == 0 and capsys.readouterr().out.strip() == "null"
+    assert main(["analyze", str(d)]) == 0
+    report = json.loads((d / "report.json").read_text())
+    # the larger headroom of the two ranks, over the floor: 3.0 / 6.0
+    assert report["result"] == ("no tested change helps (1 variant(s) tested, none better beyond the noise); "
+                                "the step is within 50% of its floor")
+    assert report["winner"] is None and not (d / "host_vars.yml").exists()
+    assert report["costs"]["model_loads"] == 3  # the profile, the variant, the normal service back
+
+
+def test_speculative_decoding_on_random_tokens_is_warned_about(tune_dir, capsys):
+    d = tune_dir
+    _plan(d, [COMM_NEXT[1]])
+    write_experiment(d, {"baseline": (UNIT["environment"], UNIT["extra_args"], BASE, [100.0, 101.0, 99.0]),
+                         "ngram": ({}, ["--speculative-config", '{"method": "ngram"}'], BASE, [100.0, 101.0, 99.0])})
+    _tune_json(d, loads=[{"what": "variant", "name": "ngram", "seconds": 10.0}], profile_path="live")
+    assert main(["analyze", str(d)]) == 0
+    (warning,) = json.loads((d / "report.json").read_text())["warnings"]
+    assert warning.startswith("ngram: speculative decoding was measured on random tokens")
+    assert "vllm_tune_prompts_file" in warning
