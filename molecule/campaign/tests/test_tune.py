@@ -58,11 +58,12 @@ def only_dir(artifacts, host):
 
 def test_a_variant_that_fails_to_load_is_recorded_the_next_one_tried_and_the_winner_applied(host, tmp_path):
     plan = tmp_path / "plan.yml"
-    plan.write_text(yaml.safe_dump({"variants": [
-        {"name": "draft-missing", "extra_args": ["--speculative-config", json.dumps(
-            {"method": "draft_model", "model": "/srv/models/no-such-draft", "num_speculative_tokens": 4})]},
-        {"name": "ngram", "extra_args": ["--speculative-config", json.dumps(
-            {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1})]}]}))
+    plan_variants = {
+        "draft-missing": ["--speculative-config", json.dumps(
+            {"method": "draft_model", "model": "/srv/models/no-such-draft", "num_speculative_tokens": 4})],
+        "ngram": ["--speculative-config", json.dumps(
+            {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1})]}
+    plan.write_text(yaml.safe_dump({"variants": [{"name": n, "extra_args": a} for n, a in plan_variants.items()]}))
     artifacts = tmp_path / "artifacts"
     play = tune(artifacts, "-e", f"vllm_tune_plan_file={plan}", "-e", "vllm_tune_apply=true")
     assert play.rc == 0, play.output[-5000:]
@@ -83,14 +84,20 @@ def test_a_variant_that_fails_to_load_is_recorded_the_next_one_tried_and_the_win
     assert any(w.startswith("draft-missing failed to load") for w in report["warnings"])
     assert any(w.startswith("ngram: speculative decoding was measured on random tokens") for w in report["warnings"])
     assert report["load_words"].startswith("random tokens, 32 in and 16 out, temperature 0,")
-    # The winner is the normal service (no drop-in), and host_vars.yml describes it exactly: with the
-    # file in the inventory restore.yml has nothing to change; without it, it puts the old settings back.
+    # The winner is the normal service (no drop-in) and, healthy, the host's last-known-good: restore.yml
+    # keeps it. host_vars.yml describes it exactly: with the file deploy.yml has nothing to change;
+    # without it, deploy.yml puts the inventory's settings back.
     assert_normal_service(host)
     pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
     assert '"method": "ngram"' in host.file(f"/proc/{pid}/cmdline").content_string.replace("\x00", " ")
-    kept = run_playbook("playbooks/restore.yml", "-e", f"@{d / 'host_vars.yml'}")
+    kept = run_playbook("playbooks/restore.yml")
     assert kept.rc == 0 and kept.changed == 0, kept.changed_tasks
-    back = run_playbook("playbooks/restore.yml")
+    kept = run_playbook("playbooks/deploy.yml", "-e", f"@{d / 'host_vars.yml'}")
+    assert kept.rc == 0 and kept.changed == 0, kept.changed_tasks
+    # For the fleet, the winner as rollout.yml's change: ngram's own arguments, laid over each host's.
+    change = yaml.safe_load((d / "rollout_change.yml").read_text())["vllm_rollout_change"]
+    assert change == {"name": "ngram", "environment": {}, "extra_args": plan_variants["ngram"]}
+    back = run_playbook("playbooks/deploy.yml")
     assert back.rc == 0 and back.changed > 0
     assert "speculative" not in host.file(f"/proc/{host.check_output(f'systemctl show {UNIT} -p MainPID --value')}"
                                           "/cmdline").content_string
