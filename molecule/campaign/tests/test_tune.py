@@ -12,18 +12,15 @@ here, from the factors and from the fetched files; no assertion is on a duration
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import signal
 import statistics
-import subprocess
 
 import pytest
 import yaml
 
 from conftest import LOCK
-from testlib import ROOT, UNIT, assert_normal_service, run_playbook, wait_for
+from testlib import ROOT, UNIT, assert_normal_service, run_playbook, start_playbook, wait_for
 
 KNOBS = "/etc/vllm-standin.env"
 DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
@@ -104,12 +101,10 @@ def test_a_variant_that_fails_to_load_is_recorded_the_next_one_tried_and_the_win
 
 
 def start_tune(artifacts):
-    """tune.yml in the background, in its own session (killed as a group)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return subprocess.Popen(
-        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(ROOT / "tune.yml"),
-         "-e", json.dumps({"vllm_tune_artifacts_dir": str(artifacts)})],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    """tune.yml in the background, its output beside its artifacts."""
+    artifacts.mkdir(parents=True, exist_ok=True)
+    return start_playbook("tune.yml", "-e", json.dumps({"vllm_tune_artifacts_dir": str(artifacts)}),
+                          log=artifacts.parent / "tune.log")
 
 
 def test_a_host_bound_tune_plans_host_side_changes_and_an_interrupted_one_is_restored(host, tmp_path):
@@ -119,8 +114,7 @@ def test_a_host_bound_tune_plans_host_side_changes_and_an_interrupted_one_is_res
         wait_for(lambda: 'Variant "cuda-graphs"' in (host.file(DROPIN).content_string if host.file(DROPIN).exists
                                                      else ""), "the host-side variant to be applied", timeout_s=300)
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.communicate()
+        first.kill()
     d = only_dir(artifacts, host)
     plan = json.loads((d / "plan.json").read_text())
     assert plan["origin"]["verdict"].startswith("host-bound on rank 1")

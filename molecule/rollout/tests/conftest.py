@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import testinfra
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import ROOT, UNIT, assert_normal_service, run_playbook
+from testlib import UNIT, assert_normal_service, run_playbook
 
 FIRST, SECOND = "vllm-mol-rollout-a", "vllm-mol-rollout-b"
 FAULT_DIR = "/run/vllm-standin"
@@ -55,15 +53,6 @@ def healthy_after(hosts):
     for box in hosts.values():
         box.host.run(f"rm -f {FAULT_DIR}/*")
         assert_normal_service(box.host)
-
-
-def start_playbook(playbook: str, *args: str) -> subprocess.Popen:
-    """ansible-playbook in the background, in its own session (so that a test can SIGKILL it as a group)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return subprocess.Popen(
-        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(ROOT / playbook),
-         *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
 
 
 def rollout(tmp_path, change=None, *args: str):

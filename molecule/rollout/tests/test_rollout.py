@@ -7,15 +7,13 @@ mid-way. In file order; the last test leaves both hosts on 0.33.0."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import statistics
 from pathlib import Path
 
 import pytest
 
-from conftest import FIRST, SECOND, rollout, start_playbook
-from testlib import UNIT, run_playbook, wait_for
+from conftest import FIRST, SECOND, rollout
+from testlib import UNIT, run_playbook, start_playbook, wait_for
 
 UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
 ENV_FILE = f"/etc/vllm/{UNIT}.env"
@@ -116,14 +114,21 @@ def test_restore_after_a_rollout_killed_mid_way_brings_each_host_to_its_own_last
     # A harmless change with a longer load, so that the second host can be caught loading it.
     change = {"environment": {"NCCL_PROTO": "LL128", "VLLM_STANDIN_LOAD_S": 20}}
     run = start_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path),
-                                                          "vllm_rollout_change": change}))
+                                                          "vllm_rollout_change": change}), log=tmp_path / "rollout.log")
+
+    def loading():
+        return (second.prop("InvocationID") not in ("", invocation)
+                and "LL128" in second.host.file(ENV_FILE).content_string)
+
     try:
-        wait_for(lambda: second.prop("InvocationID") not in ("", invocation)
-                 and "LL128" in second.host.file(ENV_FILE).content_string, "the second host to load the change",
-                 timeout_s=600)
+        # Until the second host loads the change, or the rollout ends without reaching it.
+        wait_for(lambda: not run.running or loading(), "the second host to load the change", timeout_s=900)
+        caught = run.running
+    except AssertionError:
+        caught = False
     finally:
-        os.killpg(run.pid, signal.SIGKILL)
-        run.communicate()
+        run.kill()
+    assert caught, f"the second host was not caught loading the change; the rollout's output:\n{run.output[-6000:]}"
     assert second.host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc != 0, "killed mid-load"
 
     play = run_playbook("playbooks/restore.yml")
