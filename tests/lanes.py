@@ -1,0 +1,132 @@
+"""Run test commands in lanes at once: each command's output in its own log, its cost printed.
+
+    python tests/lanes.py --lanes 2 --logs DIR NAME=WEIGHT=COMMAND [...]
+
+Most of a Molecule scenario's time is waiting (the stand-in's model loads, systemd's stops, the
+health waits), not CPU: on this project's 2-CPU machines one scenario keeps the CPUs about half busy,
+so two lanes finish the suite in well under the time of one. Commands are given to lanes longest
+first (WEIGHT: its measured seconds, docs/testing.md), each next one to the lane that frees first.
+Every command's output goes to DIR/NAME.log; a line is printed when one starts, when one ends
+(``cost: NAME N s``), and every minute while any runs. After a failure no new command starts, the
+running ones finish, the failed ones' logs are printed (their last lines), and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TAIL_LINES = 400
+PROGRESS_S = 60
+
+
+@dataclass
+class Job:
+    name: str
+    weight: float
+    command: str
+    log: Path = field(default=Path())
+    rc: int | None = None
+    started: float | None = None
+    seconds: float | None = None
+
+
+def parse_job(text: str) -> Job:
+    """``NAME=WEIGHT=COMMAND``."""
+    try:
+        name, weight, command = text.split("=", 2)
+        return Job(name, float(weight), command)
+    except ValueError:
+        raise SystemExit(f"lanes: {text!r} is not NAME=WEIGHT=COMMAND (WEIGHT in seconds)") from None
+
+
+def order(jobs: list[Job]) -> list[Job]:
+    """Longest first, so that the long ones do not start last; ties in the order given."""
+    return sorted(jobs, key=lambda j: -j.weight)
+
+
+def plan(jobs: list[Job], lanes: int) -> list[list[str]]:
+    """The lanes the jobs would run in, each next job on the lane whose weights sum least (what
+    :func:`run` does with measured time in place of weights): for the printed plan and its test."""
+    totals, out = [0.0] * lanes, [[] for _ in range(lanes)]
+    for job in order(jobs):
+        i = totals.index(min(totals))
+        totals[i] += job.weight
+        out[i].append(job.name)
+    return out
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+def run(jobs: list[Job], lanes: int, logs: Path) -> int:
+    logs.mkdir(parents=True, exist_ok=True)
+    queue = order(jobs)
+    lock, failed = threading.Lock(), threading.Event()
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        print(f"lanes: {text}", flush=True)
+
+    def lane(index: int) -> None:
+        while True:
+            with lock:
+                if not queue or failed.is_set():
+                    return
+                job = queue.pop(0)
+            job.log = logs / f"{job.name}.log"
+            job.started = time.monotonic()
+            say(f"{job.name} started in lane {index + 1} (log {job.log})")
+            with job.log.open("w") as out:
+                job.rc = subprocess.run(job.command, shell=True, stdout=out, stderr=subprocess.STDOUT,
+                                        check=False).returncode
+            job.seconds = time.monotonic() - job.started
+            print(f"cost: {job.name} {job.seconds:.0f} s" + ("" if job.rc == 0 else f" (failed, exit {job.rc})"),
+                  flush=True)
+            if job.rc != 0:
+                failed.set()
+
+    threads = [threading.Thread(target=lane, args=(i,), daemon=True) for i in range(lanes)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(PROGRESS_S / len(threads))
+        running = [j for j in jobs if j.started is not None and j.rc is None]
+        if running:
+            say(f"{time.monotonic() - t0:.0f} s: running " + ", ".join(
+                f"{j.name} ({time.monotonic() - j.started:.0f} s)" for j in running)
+                + (f"; {len(queue)} waiting" if queue else ""))
+    bad = [j for j in jobs if j.rc not in (0, None)]
+    for job in bad:
+        print(f"\n===== {job.name} failed (exit {job.rc}); the last {TAIL_LINES} lines of {job.log} =====\n"
+              f"{_tail(job.log)}\n===== end of {job.name} =====", flush=True)
+    skipped = [j.name for j in jobs if j.rc is None]
+    if skipped:
+        say("not run after the failure: " + ", ".join(skipped))
+    say(f"{len(jobs) - len(bad) - len(skipped)} of {len(jobs)} passed in {time.monotonic() - t0:.0f} s")
+    return 1 if bad or skipped else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lanes", type=int, default=2, help="commands at once (1: one after the other)")
+    parser.add_argument("--logs", type=Path, required=True, help="directory of the commands' logs")
+    parser.add_argument("jobs", nargs="+", metavar="NAME=WEIGHT=COMMAND")
+    args = parser.parse_args(argv)
+    jobs = [parse_job(j) for j in args.jobs]
+    lanes = max(1, min(args.lanes, len(jobs)))
+    print("lanes: " + "; ".join(f"lane {i + 1}: {', '.join(names)}" for i, names in enumerate(plan(jobs, lanes)))
+          + " (by the weights given; a lane takes the next when it frees)", flush=True)
+    return run(jobs, lanes, args.logs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
