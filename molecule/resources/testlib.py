@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -51,6 +52,43 @@ def run_playbook(playbook: str, *args: str, env: dict | None = None) -> Play:
     cmd = [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"],
            str(ROOT / playbook), *args]
     return Play(subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True))
+
+
+class Background:
+    """ansible-playbook against the Molecule instance in the background, in its own session (killed
+    as a group), its output in a file: a pipe that nobody reads while it runs blocks the playbook
+    once full."""
+
+    def __init__(self, playbook: str, *args: str, log: Path):
+        self.log = log
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+        with log.open("w") as out:
+            self.proc = subprocess.Popen(
+                [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"],
+                 str(ROOT / playbook), *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait(self, timeout_s: float) -> int:
+        return self.proc.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL, the playbook and every process it started, as a controller dies."""
+        if self.running:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def start_playbook(playbook: str, *args: str, log: Path) -> Background:
+    """ansible-playbook in the background (:class:`Background`), its output in ``log``."""
+    return Background(playbook, *args, log=log)
 
 
 def wait_for(predicate, what: str, timeout_s: float = 60):

@@ -10,7 +10,9 @@ Layout (``vllm_campaign_artifacts_dir``, ``<repo>/artifacts`` by default)::
         summary.json, campaign.json, decode.png, steps.png, report.md   what the report wrote
         allreduce/allreduce-unit.json, ...       the all-reduce floor, when the job measured one
     (an experiment's holds experiment.json, bench/ and report.json, report.md, throughput.png, tpot.png;
-    its profiled variants' captures lie in profile/<slot>/, each laid out as a campaign's directory)
+    its profiled variants' captures lie in profile/<slot>/, each laid out as a campaign's directory;
+    a rollout's canary holds experiment.json, bench/ and gate.json, each host's job.json)
+    artifacts/rollout/<rollout id>/              a rollout: hosts/<host>.json, report.json, report.md
 
 Every file a report writes is written atomically (:func:`atomic_path`: a temporary file beside
 the target, then a rename), so a reader never sees half a file and an interrupted report leaves

@@ -3,6 +3,7 @@ installed form (prepare.yml's copy of the launcher and the modules) starting its
 
 import ast
 import glob
+import json
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ PACKAGE = STANDIN_LIB / "vllm_standin"
 # The layers README.md and the package docstring state, written out here.
 PROGRAMS = {"api_server", "engine", "worker", "bench", "allreduce_bench"}
 API_PARTS = {"handler", "generation", "metrics"}  # the API server's own modules
-SHARED = {"knobs", "logs", "processes", "config", "traces", "vocab", "nccl"}
+SHARED = {"knobs", "logs", "processes", "config", "serve_options", "traces", "vocab", "nccl"}
 EXPECTED_MODULES = {"__init__", "__main__", "cli", *PROGRAMS, *API_PARTS, *SHARED}
 
 
@@ -120,3 +121,23 @@ def test_python_m_vllm_standin_starts_the_same_tree(server):
     assert [cmdline(pid) for pid in workers] == ["VLLM::Worker_TP0", "VLLM::Worker_TP1"]
     assert [full_cmdline(pid)[1] for pid in workers] == [main, main]
     assert server.get("/health").status_code == 200
+
+
+def test_a_release_json_makes_the_installed_tree_another_release(installed, server):
+    # How the rollout scenario installs the stand-in as several releases side by side.
+    (installed / "release.json").write_text(json.dumps({"version": "0.33.0", "removed_args": ["--reasoning-parser"]}))
+    launcher = str(installed / "bin" / "vllm")
+    done = subprocess.run([launcher, "--version"], capture_output=True, text=True, timeout=WAIT_S)
+    assert done.stdout == "0.33.0\n"
+    helped = subprocess.run([launcher, "serve", "--help=all"], capture_output=True, text=True, timeout=WAIT_S)
+    assert helped.returncode == 0
+    lines = helped.stdout.splitlines()
+    assert "  --tensor-parallel-size, -tp" in lines and "  --reasoning-parser" not in lines
+    assert "https://docs.vllm.ai/en/v0.33.0/api/vllm/config/" in helped.stdout
+    refused = subprocess.run([launcher, "serve", str(installed), "--reasoning-parser", "kimi_k2"],
+                             capture_output=True, text=True, timeout=WAIT_S)
+    assert refused.returncode == 2
+    assert "vllm serve: error: unrecognized arguments: --reasoning-parser kimi_k2" in refused.stderr
+    server.start("--tool-call-parser", "kimi_k2", command=[launcher])
+    server.wait_ready()
+    assert server.get("/version").json() == {"version": "0.33.0"}

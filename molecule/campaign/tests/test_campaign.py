@@ -6,13 +6,12 @@ import gzip
 import json
 import os
 import re
-import signal
 import subprocess
 
 import pytest
 
 from conftest import FAULT_DIR, LOCK, OLD_LOCK
-from testlib import ROOT, UNIT, holders, run_playbook, wait_for
+from testlib import UNIT, holders, run_playbook, start_playbook, wait_for
 
 TRACE_DIR = "/var/lib/vllm/traces"
 DECODE = re.compile(r"^execute_context_0\(0\)_generation_\d+\(\d+\)$")
@@ -250,18 +249,14 @@ def test_a_stop_profile_timeout_fails_the_campaign_clearly(host, campaign):
 
 
 def test_a_campaign_killed_midway_is_rerun_to_completion(host, tmp_path):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     artifacts = tmp_path / "artifacts"
-    first = subprocess.Popen(
-        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"],
-         str(ROOT / "profile.yml"), "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)})],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    first = start_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}),
+                           log=tmp_path / "campaign.log")
     try:
         wait_for(lambda: host.file(f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf").exists,
                  "the profiling variant to be installed", timeout_s=120)
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
+        first.kill()
     assert host.file(LOCK).exists, "the killed run leaves its lock behind"
     play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}))
     assert play.rc == 0, play.output[-4000:]

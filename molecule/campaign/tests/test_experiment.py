@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
-import signal
 import statistics
-import subprocess
 
 import pytest
 
-from testlib import ROOT, UNIT, assert_normal_service, run_playbook, wait_for
+from testlib import ROOT, UNIT, assert_normal_service, run_playbook, start_playbook, wait_for
 
 LOCK = "/run/vllm-ops/job.lock"
 DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
@@ -151,13 +148,9 @@ def test_a_vllm_without_its_benchmark_is_refused_in_the_preflight(host, tmp_path
 
 
 def start_experiment(tmp_path, variants):
-    """experiment.yml in the background, in its own session (killed as a group)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    """experiment.yml in the background, its output in tmp_path."""
     extra = {"vllm_experiment_artifacts_dir": str(tmp_path / "artifacts"), "vllm_experiment_variants": variants}
-    return subprocess.Popen(
-        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"],
-         str(ROOT / "experiment.yml"), "-e", json.dumps(extra)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return start_playbook("experiment.yml", "-e", json.dumps(extra), log=tmp_path / "experiment.log")
 
 
 def test_a_campaign_during_an_experiment_fails_at_once(host, tmp_path):
@@ -174,8 +167,8 @@ def test_a_campaign_during_an_experiment_fails_at_once(host, tmp_path):
             "vllm_experiment_variants": [{"name": "x", "environment": {"NCCL_PROTO": "LL128"}}]}))
         assert second.rc != 0 and "Take the host's job lock" in second.output
     finally:
-        output, _ = first.communicate(timeout=900)
-    assert first.returncode == 0, output[-4000:]
+        rc = first.wait(timeout_s=900)
+    assert rc == 0, first.output[-4000:]
 
 
 def test_an_interrupted_experiment_is_restored_by_restore_yml(host, tmp_path):
@@ -183,8 +176,7 @@ def test_an_interrupted_experiment_is_restored_by_restore_yml(host, tmp_path):
     try:
         wait_for(lambda: host.file(DROPIN).exists, "the variant to be applied", timeout_s=180)
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.communicate()
+        first.kill()
     play = run_playbook("playbooks/restore.yml")
     assert play.rc == 0, play.output[-4000:]
     assert_normal_service(host)

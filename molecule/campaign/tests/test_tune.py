@@ -12,18 +12,15 @@ here, from the factors and from the fetched files; no assertion is on a duration
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import signal
 import statistics
-import subprocess
 
 import pytest
 import yaml
 
 from conftest import LOCK
-from testlib import ROOT, UNIT, assert_normal_service, run_playbook, wait_for
+from testlib import ROOT, UNIT, assert_normal_service, run_playbook, start_playbook, wait_for
 
 KNOBS = "/etc/vllm-standin.env"
 DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
@@ -58,11 +55,12 @@ def only_dir(artifacts, host):
 
 def test_a_variant_that_fails_to_load_is_recorded_the_next_one_tried_and_the_winner_applied(host, tmp_path):
     plan = tmp_path / "plan.yml"
-    plan.write_text(yaml.safe_dump({"variants": [
-        {"name": "draft-missing", "extra_args": ["--speculative-config", json.dumps(
-            {"method": "draft_model", "model": "/srv/models/no-such-draft", "num_speculative_tokens": 4})]},
-        {"name": "ngram", "extra_args": ["--speculative-config", json.dumps(
-            {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1})]}]}))
+    plan_variants = {
+        "draft-missing": ["--speculative-config", json.dumps(
+            {"method": "draft_model", "model": "/srv/models/no-such-draft", "num_speculative_tokens": 4})],
+        "ngram": ["--speculative-config", json.dumps(
+            {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1})]}
+    plan.write_text(yaml.safe_dump({"variants": [{"name": n, "extra_args": a} for n, a in plan_variants.items()]}))
     artifacts = tmp_path / "artifacts"
     play = tune(artifacts, "-e", f"vllm_tune_plan_file={plan}", "-e", "vllm_tune_apply=true")
     assert play.rc == 0, play.output[-5000:]
@@ -83,26 +81,30 @@ def test_a_variant_that_fails_to_load_is_recorded_the_next_one_tried_and_the_win
     assert any(w.startswith("draft-missing failed to load") for w in report["warnings"])
     assert any(w.startswith("ngram: speculative decoding was measured on random tokens") for w in report["warnings"])
     assert report["load_words"].startswith("random tokens, 32 in and 16 out, temperature 0,")
-    # The winner is the normal service (no drop-in), and host_vars.yml describes it exactly: with the
-    # file in the inventory restore.yml has nothing to change; without it, it puts the old settings back.
+    # The winner is the normal service (no drop-in) and, healthy, the host's last-known-good: restore.yml
+    # keeps it. host_vars.yml describes it exactly: with the file deploy.yml has nothing to change;
+    # without it, deploy.yml puts the inventory's settings back.
     assert_normal_service(host)
     pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
     assert '"method": "ngram"' in host.file(f"/proc/{pid}/cmdline").content_string.replace("\x00", " ")
-    kept = run_playbook("playbooks/restore.yml", "-e", f"@{d / 'host_vars.yml'}")
+    kept = run_playbook("playbooks/restore.yml")
     assert kept.rc == 0 and kept.changed == 0, kept.changed_tasks
-    back = run_playbook("playbooks/restore.yml")
+    kept = run_playbook("playbooks/deploy.yml", "-e", f"@{d / 'host_vars.yml'}")
+    assert kept.rc == 0 and kept.changed == 0, kept.changed_tasks
+    # For the fleet, the winner as rollout.yml's change: ngram's own arguments, laid over each host's.
+    change = yaml.safe_load((d / "rollout_change.yml").read_text())["vllm_rollout_change"]
+    assert change == {"name": "ngram", "environment": {}, "extra_args": plan_variants["ngram"]}
+    back = run_playbook("playbooks/deploy.yml")
     assert back.rc == 0 and back.changed > 0
     assert "speculative" not in host.file(f"/proc/{host.check_output(f'systemctl show {UNIT} -p MainPID --value')}"
                                           "/cmdline").content_string
 
 
 def start_tune(artifacts):
-    """tune.yml in the background, in its own session (killed as a group)."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return subprocess.Popen(
-        [str(ROOT / ".venv/bin/ansible-playbook"), "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(ROOT / "tune.yml"),
-         "-e", json.dumps({"vllm_tune_artifacts_dir": str(artifacts)})],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    """tune.yml in the background, its output beside its artifacts."""
+    artifacts.mkdir(parents=True, exist_ok=True)
+    return start_playbook("tune.yml", "-e", json.dumps({"vllm_tune_artifacts_dir": str(artifacts)}),
+                          log=artifacts.parent / "tune.log")
 
 
 def test_a_host_bound_tune_plans_host_side_changes_and_an_interrupted_one_is_restored(host, tmp_path):
@@ -112,8 +114,7 @@ def test_a_host_bound_tune_plans_host_side_changes_and_an_interrupted_one_is_res
         wait_for(lambda: 'Variant "cuda-graphs"' in (host.file(DROPIN).content_string if host.file(DROPIN).exists
                                                      else ""), "the host-side variant to be applied", timeout_s=300)
     finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.communicate()
+        first.kill()
     d = only_dir(artifacts, host)
     plan = json.loads((d / "plan.json").read_text())
     assert plan["origin"]["verdict"].startswith("host-bound on rank 1")

@@ -86,6 +86,22 @@ def host_vars_text(tune_id: str, host: str, result: str, settings: Mapping) -> s
     return "\n".join(lines) + "\n"
 
 
+def rollout_change(win: Mapping) -> dict:
+    """The winner as ``rollout.yml``'s change (``vllm_rollout_change``): its name and its own environment
+    and arguments, which a rollout lays over each host's settings as the experiment laid them over the
+    tuned host's."""
+    return {"name": win["name"], "environment": dict(win.get("environment") or {}),
+            "extra_args": list(win.get("extra_args") or [])}
+
+
+def rollout_change_text(tune_id: str, host: str, change: Mapping) -> str:
+    """``rollout_change.yml``: the extra-vars file that rolls the winner over the fleet."""
+    header = (f"---\n# The winner of tune {tune_id} on {host}, as a rollout's change: the canary first, gated on\n"
+              "# performance, each host rolled back to its last-known-good if it does not take it:\n"
+              "#   ansible-playbook -i inventory/<env> rollout.yml -e @rollout_change.yml\n")
+    return header + json.dumps({"vllm_rollout_change": change}, indent=2) + "\n"
+
+
 def load_words(load: Mapping) -> str:
     """The load the benchmark sent, in words."""
     temperature = load.get("temperature")
@@ -156,7 +172,8 @@ def analyze(directory: str | Path) -> dict:
                       f"concurrency {thr['concurrency']}; TPOT no change (+/-{tpot['noise_pct']:.1f}%) at {conc}")
         settings = merged_settings(unit, win)
         out_winner = {"name": win["name"], "changes": changes, "settings": settings, "expected_ms": expected,
-                      "measured_ms": measured, "tpot": tpot, "throughput": win["headline"]["throughput"]}
+                      "measured_ms": measured, "tpot": tpot, "throughput": win["headline"]["throughput"],
+                      "rollout_change": rollout_change(win)}
     else:
         tested = len((exp_report or {}).get("variants") or [])
         if tested:
@@ -210,6 +227,7 @@ def analyze(directory: str | Path) -> dict:
         "load_words": load_words(load) if load else None, "warnings": warnings, "costs": costs,
         "cost_words": cost_words, "error": record.get("error"),
         "host_vars": "host_vars.yml" if out_winner else None,
+        "rollout_change": "rollout_change.yml" if out_winner else None,
     }
     pre_words = _prescreen_words(screen)
     report["headline"] = "; ".join(p for p in (f"{host}: {result}", pre_words, cost_words) if p) + \
@@ -228,10 +246,12 @@ def _prescreen_words(screen: Mapping) -> str | None:
 
 
 def write_outputs(report: Mapping, directory: str | Path) -> list[str]:
-    """report.json and, with a winner, host_vars.yml; the paths written."""
+    """report.json and, with a winner, host_vars.yml and rollout_change.yml; the paths written."""
     d = Path(directory)
     paths = [str(write_json(d / "report.json", report))]
     if report["winner"]:
         paths.append(str(write_text(d / "host_vars.yml", host_vars_text(report["id"], report["host"], report["result"],
                                                                          report["winner"]["settings"]))))
+        paths.append(str(write_text(d / "rollout_change.yml", rollout_change_text(
+            report["id"], report["host"], report["winner"]["rollout_change"]))))
     return paths

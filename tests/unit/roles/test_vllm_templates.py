@@ -61,7 +61,8 @@ def unit(tmp_path_factory):
 
 def test_example_unit_runs_kimi_on_eight_gpus(unit):
     argv = exec_start(unit)
-    assert argv[:3] == ["/opt/vllm/venv/bin/vllm", "serve", "/models/Kimi-K2.5-INT4"]
+    # Each version in its own virtual environment, /opt/vllm/<version>/ (vllm_versions_dir).
+    assert argv[:3] == ["/opt/vllm/0.32.0/bin/vllm", "serve", "/models/Kimi-K2.5-INT4"]
     options = dict(itertools.pairwise(argv[3:]))
     assert options["--tensor-parallel-size"] == "8"
     assert options["--gpu-memory-utilization"] == "0.95"

@@ -87,6 +87,10 @@ def test_a_tune_of_the_nccl_sweep_names_the_winner_with_its_noise_band_and_cost(
     assert host_vars == {"vllm_environment": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": "16",
                                               "VLLM_ALLREDUCE_USE_FLASHINFER": "0"},
                          "vllm_extra_args": ["--trust-remote-code"]}
+    # The winner as rollout.yml's change: its own settings, not the unit's, which each host keeps.
+    change = yaml.safe_load((d / "rollout_change.yml").read_text())
+    assert change == {"vllm_rollout_change": {"name": LL128_16, "environment": {
+        "NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": "16", "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}, "extra_args": []}}
     (row,) = list(csv.DictReader(history.open()))
     assert (row["winner"], row["model_loads"], row["prescreened"], row["kept"], row["loaded"], row["wall_s"]) == (
         LL128_16, "4", "6", "3", "2", "300")
@@ -112,6 +116,7 @@ def test_when_nothing_helps_the_result_says_how_far_the_step_is_from_its_floor(t
     assert report["result"] == ("no tested change helps (1 variant(s) tested, none better beyond the noise); "
                                 "the step is within 50% of its floor")
     assert report["winner"] is None and not (d / "host_vars.yml").exists()
+    assert not (d / "rollout_change.yml").exists()
     assert report["costs"]["model_loads"] == 3  # the profile, the variant, the normal service back
 
 

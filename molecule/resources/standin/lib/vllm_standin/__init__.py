@@ -28,6 +28,9 @@ Python 3.11 standard library only (the sandbox's python3 has no pip).
 Knobs and fault switches: see README.md in molecule/resources/standin.
 """
 
-VERSION = "0.32.0"
+from vllm_standin.knobs import release
+
+# The release this installation plays: vLLM 0.32.0, or what its release.json says (knobs.release).
+VERSION = str(release().get("version") or "0.32.0")
 FINGERPRINT = f"vllm-{VERSION}-5f0a1d2e"  # vLLM: version and a digest of its build
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."

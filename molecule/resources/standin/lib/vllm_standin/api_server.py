@@ -14,6 +14,7 @@ from vllm_standin.config import (
     ConfigError,
     build_parser,
     model_facts,
+    refused_args,
     spec_step_model,
     split_dotted_profiler_args,
     validate_serve_args,
@@ -116,6 +117,9 @@ def redact(args):
 
 
 def api_main(argv):
+    refused = refused_args(argv)
+    if refused:  # an argument this release no longer has: argparse's refusal, before anything starts
+        build_parser().error(f"unrecognized arguments: {' '.join(refused)}")
     args, unknown = build_parser().parse_known_args(argv)
     dotted, unknown = split_dotted_profiler_args(unknown)
     model = args.model_tag or args.model

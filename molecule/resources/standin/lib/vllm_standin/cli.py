@@ -7,6 +7,7 @@ import sys
 from vllm_standin import VERSION
 from vllm_standin.api_server import api_main
 from vllm_standin.bench import bench_main
+from vllm_standin.config import serve_help
 from vllm_standin.engine import engine_main
 from vllm_standin.knobs import load_knob_file
 from vllm_standin.processes import Channel
@@ -24,6 +25,11 @@ def main(argv):
         return 0
     if argv[:1] == ["bench"]:
         return bench_main(argv[1:])
+    if argv[:1] == ["serve"]:
+        topics = [a.partition("=")[2] if "=" in a else "" for a in argv[1:] if a.split("=", 1)[0] in ("-h", "--help")]
+        if topics:
+            print(serve_help(topics[0], VERSION))
+            return 0
     if argv[:1] != ["serve"]:
         print("usage: vllm serve MODEL [options] | vllm bench serve [options]   (vLLM stand-in: "
               "only 'serve' and 'bench serve' are modelled)", file=sys.stderr)

@@ -11,7 +11,8 @@ import math
 import os
 import re
 
-from vllm_standin.knobs import env_float
+from vllm_standin.knobs import env_float, release
+from vllm_standin.serve_options import SERVE_OPTIONS
 
 PROFILER_BOOL_FIELDS = {
     "torch_profiler_with_stack": True,
@@ -219,3 +220,58 @@ def validate_serve_args(args, model, dotted):
         raise ConfigError("max_num_seqs\n  Input should be greater than 0 "
                           f"[type=greater_than, input_value={args.max_num_seqs}]")
     return pcfg, spec
+
+
+def removed_args():
+    """The arguments this installation's release no longer has (``release.json``'s ``removed_args``):
+    absent from its help, refused on its command line."""
+    return {str(a) for a in release().get("removed_args") or []}
+
+
+def refused_args(argv):
+    """The tokens of ``argv`` (flags and their values) that name a removed argument, as argparse lists
+    them in ``unrecognized arguments``."""
+    gone, out = removed_args(), []
+    for i, token in enumerate(argv):
+        if token.split("=", 1)[0] in gone:
+            out.append(token)
+            if "=" not in token and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                out.append(argv[i + 1])
+    return out
+
+
+def _profiler_default():
+    fields = ["profiler=None", "torch_profiler_dir=''"]
+    fields += [f"{k}={v!r}" for k, v in {**PROFILER_BOOL_FIELDS, **PROFILER_INT_FIELDS}.items()]
+    return "ProfilerConfig(" + ", ".join(fields) + ")"
+
+
+def serve_help(topic, version):
+    """``vllm serve --help[=TOPIC]`` as vLLM 0.32 prints it, in outline: the config groups (no
+    topic), every argument (``all``), one group, or the arguments whose name holds TOPIC; the
+    arguments of vLLM 0.32.0 (serve_options.py) less the release's removed ones, ``--profiler-config``
+    with the fields the stand-in models and the release in its API docs link."""
+    gone = removed_args()
+    lines = ["usage: vllm serve [model_tag] [options]", "",
+             "Launch a local OpenAI-compatible API server to serve LLM completions via HTTP (vLLM stand-in).", ""]
+    if not topic:
+        lines += ["Config Groups:"] + [f"  {group}" for group, _ in SERVE_OPTIONS]
+        lines += ["", "For full list:            vllm serve --help=all"]
+        return "\n".join(lines)
+    wanted = topic.lower().replace("_", "-").lstrip("-")
+    for group, options in SERVE_OPTIONS:
+        shown = [o for o in options if o[0] not in gone]
+        if wanted not in ("all", group.lower()):
+            shown = [o for o in shown if wanted in o[0].lstrip("-")]
+        if not shown:
+            continue
+        lines.append(f"{group}:")
+        for spellings in shown:
+            lines.append("  " + ", ".join(spellings))
+            if spellings[0] == "--profiler-config":
+                lines += ["                        Profiling configuration.",
+                          f"                        API docs: https://docs.vllm.ai/en/v{version}/api/vllm/config/"
+                          "#vllm.config.ProfilerConfig",
+                          f"                        (default: {_profiler_default()})"]
+        lines.append("")
+    return "\n".join(lines)

@@ -4,8 +4,12 @@ at the moment the fault applies, so a test can create or remove them while the s
 molecule/resources/standin/README.md lists them."""
 
 import contextlib
+import json
 import os
 import re
+
+# The installed tree's root: lib/vllm_standin/knobs.py -> the directory holding bin/ and lib/.
+INSTALL_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def env_float(name, default):
@@ -16,9 +20,24 @@ def env_float(name, default):
         return default
 
 
+def release():
+    """The installation's ``release.json`` beside its ``bin/`` and ``lib/`` (``{version, removed_args,
+    knobs}``, each optional), so that one sandbox can hold the stand-in as several vLLM releases; ``{}``
+    without one (vLLM 0.32.0 as modelled)."""
+    try:
+        with open(os.path.join(INSTALL_ROOT, "release.json"), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def load_knob_file():
-    """Defaults for the knobs from a KEY=VALUE file, so a sandbox can set them
-    without touching the unit the role renders; the environment wins."""
+    """Defaults for the knobs from the release's ``knobs`` (a slower release), then from a KEY=VALUE
+    file, so a sandbox can set them without touching the unit the role renders; the environment wins."""
+    for key, value in (release().get("knobs") or {}).items():
+        if key.startswith(("VLLM_STANDIN_", "GPU_SIM_")):
+            os.environ.setdefault(key, str(value))
     path = os.environ.get("VLLM_STANDIN_CONFIG", "/etc/vllm-standin.env")
     try:
         with open(path, encoding="utf-8") as fh:

@@ -1,0 +1,186 @@
+"""rollout.yml on two hosts, the stand-in installed as three releases (prepare.yml: 0.32.0; 0.33.0
+without --reasoning-parser; 0.34.0 three times slower per token): a bad change never reaches the
+second host and leaves the first healthy on its old configuration; a good one reaches both, with
+the canary's figures recomputed here from its benchmark files; restore.yml after a rollout killed
+mid-way. In file order; the last test leaves both hosts on 0.33.0."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from conftest import FIRST, SECOND, rollout
+from testlib import UNIT, run_playbook, start_playbook, wait_for
+
+UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
+ENV_FILE = f"/etc/vllm/{UNIT}.env"
+# The sandbox's vllm_extra_args without --reasoning-parser, which the stand-in's 0.33.0 does not have.
+ARGS_FOR_0_33 = ["--trust-remote-code", "--tool-call-parser", "kimi_k2", "--enable-auto-tool-choice"]
+# inventory/sandbox/group_vars/vllm_servers/rollout.yml
+NOISE_FLOOR_PCT, MAX_REGRESSION_PCT = 5.0, 25.0
+
+
+def served_version(box) -> str:
+    return json.loads(box.host.check_output("curl -sf http://127.0.0.1:8000/version"))["version"]
+
+
+def by_host(report) -> dict:
+    return {e["host"]: e for e in report["entries"]}
+
+
+def recomputed(job_dir: Path, metric: str, concurrency: int) -> tuple[float, float]:
+    """The experiment's change and noise band (percent) of ``metric`` at ``concurrency``, from the
+    canary's bench result files: medians of the runs, the two sides' largest distances from them."""
+    record = json.loads((job_dir / "experiment.json").read_text())
+    values = {side: [json.loads((job_dir / r["file"]).read_text())[metric] for r in record["runs"]
+                     if r["variant"] == side and r["concurrency"] == concurrency] for side in ("baseline", "change")}
+    base, new = statistics.median(values["baseline"]), statistics.median(values["change"])
+    spread = max(abs(v - base) for v in values["baseline"]) + max(abs(v - new) for v in values["change"])
+    return 100 * (new / base - 1), max(100 * spread / base, NOISE_FLOOR_PCT)
+
+
+def last_result(play, task_name: str) -> dict:
+    """The result of the named task in its last batch (the play runs once per batch of hosts)."""
+    found = [next(iter(task["hosts"].values())) for one in play.data.get("plays", []) for task in one["tasks"]
+             if task["task"]["name"].split(" : ", 1)[-1] == task_name]
+    assert found, f"task {task_name!r} did not run:\n{play.output[-3000:]}"
+    return found[-1]
+
+
+def assert_untouched(box, pid: int, unit_sha: str) -> None:
+    assert box.main_pid() == pid, f"{box.name} was restarted"
+    assert box.sha(UNIT_FILE) == unit_sha, f"{box.name}'s unit changed"
+
+
+def test_a_change_that_does_not_load_on_the_canary_is_rolled_back_and_never_reaches_the_second(hosts, tmp_path):
+    first, second = hosts[FIRST], hosts[SECOND]
+    before = {name: (box.main_pid(), box.sha(UNIT_FILE)) for name, box in hosts.items()}
+    # A value only the server refuses, at its start: the canary's load fails.
+    play, report = rollout(tmp_path, {"extra_args": ["--max-num-seqs", "0"]})
+    assert play.rc != 0
+    entries = by_host(report)
+    assert (entries[FIRST]["outcome"], entries[FIRST]["status"]) == ("did not load", "rolled back")
+    assert "max_num_seqs" in entries[FIRST]["reason"], "the failure says what the server refused"
+    assert entries[FIRST]["after"] == {"version": "0.32.0", "executable": "/opt/vllm/0.32.0/bin/vllm"}
+    assert entries[SECOND]["status"] == "not reached" and report["stopped_at"] == FIRST
+    # The canary runs its old unit again (restarted: the change, then the rollback), healthy.
+    assert first.sha(UNIT_FILE) == before[FIRST][1] and first.main_pid() != before[FIRST][0]
+    assert "--max-num-seqs" not in first.argv()
+    assert_untouched(second, *before[SECOND])
+
+
+def test_a_slower_release_is_rolled_back_at_the_canarys_gate_and_the_rollout_stops(hosts, tmp_path):
+    first, second = hosts[FIRST], hosts[SECOND]
+    second_before = (second.main_pid(), second.sha(UNIT_FILE))
+    play, report = rollout(tmp_path, {"version": "0.34.0"})
+    assert play.rc != 0
+    entries = by_host(report)
+    assert (entries[FIRST]["outcome"], entries[FIRST]["status"]) == ("regressed", "rolled back")
+    assert entries[SECOND]["status"] == "not reached"
+    gate = report["canary"]["gate"]
+    assert gate["passed"] is False
+    job_dir = Path(entries[FIRST]["job_dir"])
+    for point in gate["points"]:
+        change, noise = recomputed(job_dir, "median_tpot_ms", point["concurrency"])
+        assert point["tpot"]["change_pct"] == pytest.approx(change, abs=5e-4)
+        assert point["tpot"]["noise_pct"] == pytest.approx(noise, abs=5e-4)
+        assert change > MAX_REGRESSION_PCT + noise and point["tpot"]["regressed"]
+    assert gate["line"] in report["headline"] and "regressed: TPOT rose" in gate["line"]
+    # Back on its old release, healthy; the second host never touched; 0.34.0 kept (installed, not run healthy).
+    assert served_version(first) == "0.32.0" and first.argv()[1] == "/opt/vllm/0.32.0/bin/vllm"
+    assert_untouched(second, *second_before)
+    assert first.host.file("/opt/vllm/0.34.0/bin/vllm").exists
+
+
+def test_a_release_without_an_argument_the_unit_passes_is_refused_before_the_canary_stops(hosts, tmp_path):
+    before = {name: (box.main_pid(), box.sha(UNIT_FILE)) for name, box in hosts.items()}
+    play, report = rollout(tmp_path, {"version": "0.33.0"})
+    assert play.rc != 0
+    message = play.result("Check the unit's arguments against the vLLM release that will run them")["msg"]
+    assert message.startswith("vLLM 0.33.0 at /opt/vllm/0.33.0/bin/vllm does not take what the unit would pass: "
+                              "--reasoning-parser is not an argument of this release"), message
+    entries = by_host(report)
+    assert entries[FIRST]["status"] == "refused (nothing stopped)" and entries[FIRST]["downtime_s"] == 0
+    for name, box in hosts.items():
+        assert_untouched(box, *before[name])
+
+
+def test_restore_after_a_rollout_killed_mid_way_brings_each_host_to_its_own_last_known_good(hosts, tmp_path):
+    first, second = hosts[FIRST], hosts[SECOND]
+    invocation = second.prop("InvocationID")
+    # A harmless change with a longer load, so that the second host can be caught loading it.
+    change = {"environment": {"NCCL_PROTO": "LL128", "VLLM_STANDIN_LOAD_S": 20}}
+    run = start_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path),
+                                                          "vllm_rollout_change": change}), log=tmp_path / "rollout.log")
+
+    def loading():
+        return (second.prop("InvocationID") not in ("", invocation)
+                and "LL128" in second.host.file(ENV_FILE).content_string)
+
+    try:
+        # Until the second host loads the change, or the rollout ends without reaching it.
+        wait_for(lambda: not run.running or loading(), "the second host to load the change", timeout_s=900)
+        caught = run.running
+    except AssertionError:
+        caught = False
+    finally:
+        run.kill()
+    assert caught, f"the second host was not caught loading the change; the rollout's output:\n{run.output[-6000:]}"
+    assert second.host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc != 0, "killed mid-load"
+
+    play = run_playbook("playbooks/restore.yml")
+    assert play.rc == 0, play.output[-4000:]
+    # The canary passed its gate: the change is its last-known-good; the second host's is the old one.
+    assert first.environ()["NCCL_PROTO"] == "LL128"
+    assert second.environ()["NCCL_PROTO"] == "LL" and "LL128" not in second.host.file(ENV_FILE).content_string
+    again = run_playbook("playbooks/restore.yml")
+    assert again.rc == 0 and again.changed == 0, again.changed_tasks
+
+
+def test_a_good_change_reaches_every_host_with_the_canarys_figures_and_downtime(hosts, tmp_path):
+    # The inventory's settings, as edited (here on the command line): a new release, one argument
+    # less for it, one version kept (0.32.0 goes once 0.33.0 is healthy; 0.34.0 has not run: it stays).
+    edited = {"vllm_version": "0.33.0", "vllm_extra_args": ARGS_FOR_0_33, "vllm_versions_keep": 1}
+    # A check run first: every host's checks, what a real run would do, nothing changed.
+    pids = {name: box.main_pid() for name, box in hosts.items()}
+    check_dir = tmp_path / "check"
+    check = run_playbook("rollout.yml", "--check", "-e",
+                         json.dumps({"vllm_rollout_artifacts_dir": str(check_dir), **edited}))
+    assert check.rc == 0, check.output[-4000:]
+    plans = [r["msg"] for one in check.data["plays"] for t in one["tasks"] if t["task"]["name"].endswith(
+        "Say what a real run would do") for r in t["hosts"].values()]
+    assert plans[0].startswith("Check mode: the preflight passed; a real run would benchmark the service of "
+                               f"{FIRST} as it runs, apply the change (")
+    assert plans[1].startswith("Check mode: the preflight passed; a real run would apply the change (")
+    assert {name: box.main_pid() for name, box in hosts.items()} == pids and not check_dir.exists()
+    play = run_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path), **edited}))
+    assert play.rc == 0, play.output[-4000:]
+    (directory,) = (tmp_path / "rollout").iterdir()
+    report = json.loads((directory / "report.json").read_text())
+    entries = by_host(report)
+    assert not report["stopped"] and report["counts"] == {"changed": 2}
+    for name, box in hosts.items():
+        assert served_version(box) == "0.33.0", name
+        assert entries[name]["after"] == {"version": "0.33.0", "executable": "/opt/vllm/0.33.0/bin/vllm"}
+        assert entries[name]["before"] == {"version": "0.32.0", "executable": "/opt/vllm/0.32.0/bin/vllm"}, name
+        job = json.loads((Path(entries[name]["job_dir"]) / "job.json").read_text())
+        assert entries[name]["downtime_s"] == job["downtime"]["seconds_not_ready"] > 0, name
+        assert not box.host.file("/opt/vllm/0.32.0").exists and box.host.file("/opt/vllm/0.34.0/bin/vllm").exists
+    assert [entries[FIRST]["stage"], entries[SECOND]["stage"]] == ["canary", "fleet"]
+    gate = report["canary"]["gate"]
+    assert gate["passed"] is True
+    job_dir = Path(entries[FIRST]["job_dir"])
+    for point in gate["points"]:
+        for key, metric in (("tpot", "median_tpot_ms"), ("throughput", "output_throughput")):
+            change, noise = recomputed(job_dir, metric, point["concurrency"])
+            assert point[key]["change_pct"] == pytest.approx(change, abs=5e-4), (key, point["concurrency"])
+            assert point[key]["noise_pct"] == pytest.approx(noise, abs=5e-4), (key, point["concurrency"])
+    headline = last_result(play, "Print the rollout's headline")["msg"]
+    assert headline.startswith(f"{report['headline']} ({directory}/report.md)")
+    assert report["headline"].startswith(f"rollout {directory.name}: 2/2 hosts on the change "
+                                         "(vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm)); canary vllm-mol-rollout-a: ")
+    again = run_playbook("playbooks/restore.yml")
+    assert again.rc == 0 and again.changed == 0, again.changed_tasks

@@ -1,0 +1,144 @@
+"""What ``vllm_serve_check`` does on the host, in plain functions (unit-tested): read a vLLM
+release's ``vllm serve --help=all`` and check a unit's command line against it.
+
+vLLM renames and drops ``serve`` arguments between releases, and a server given an argument it
+does not know exits at once (argparse: ``unrecognized arguments``), or worse, after a 30-minute
+load when a JSON config field it no longer accepts is validated. So before a switch, every
+argument the unit will pass must be an argument the new release lists, and every field of its
+``--profiler-config`` a field of that release's ``ProfilerConfig``.
+
+The help's layout (vLLM 0.31 and 0.32, argparse): an argument is a line indented by exactly two
+spaces that starts with ``-``, its spellings separated by ``, -`` (``--api-server-count
+API_SERVER_COUNT, -asc API_SERVER_COUNT``), its description after two or more spaces or on the
+lines below, indented further; the profiler's fields are the keywords of the ``ProfilerConfig(...)``
+shown as ``--profiler-config``'s default.
+
+Standard library only: it runs on the vLLM hosts with their own Python (3.9 or newer).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+
+_ARGUMENT = re.compile(r"^  (-\S.*)$")
+_SPELLINGS = re.compile(r", (?=-)")
+_VERSION = re.compile(r"docs\.vllm\.ai/en/v(\d+\.\d+\.\d+[\w.+-]*?)/")
+_NUMBER = re.compile(r"^-\d")
+JSON_CONFIG_FIELDS = {"--profiler-config": "ProfilerConfig"}
+
+
+def arguments(help_text):
+    """Every spelling of every argument the help lists (``--tensor-parallel-size``, ``-tp``, ...)."""
+    found = set()
+    for line in help_text.splitlines():
+        match = _ARGUMENT.match(line)
+        if not match:
+            continue
+        invocation = re.split(r"\s{2,}", match.group(1).strip())[0]
+        for spelling in _SPELLINGS.split(invocation):
+            found.add(spelling.split()[0])
+    return found
+
+
+def config_fields(help_text, config="ProfilerConfig"):
+    """The field names of ``config`` as its default ``Config(field=..., ...)`` shows them, or None
+    when the help does not show it."""
+    start = help_text.find(config + "(")
+    if start < 0:
+        return None
+    depth, i, body = 0, start + len(config), []
+    while i < len(help_text):
+        ch = help_text[i]
+        depth += ch == "("
+        depth -= ch == ")"
+        body.append(ch)
+        if depth == 0:
+            break
+        i += 1
+    text = re.sub(r"\s+", "", "".join(body)[1:-1])
+    fields, level, quote = [], 0, None
+    token = ""
+    for ch in text + ",":  # keywords at the top level only: field=value,field=value
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            level += 1
+        elif ch in ")]}":
+            level -= 1
+        elif ch == "," and level == 0:
+            if "=" in token:
+                fields.append(token.split("=", 1)[0])
+            token = ""
+            continue
+        token += ch
+    return set(fields)
+
+
+def help_version(help_text):
+    """The release the help documents (its API docs links name it), or None."""
+    match = _VERSION.search(re.sub(r"\n\s*", "", help_text))
+    return match.group(1) if match else None
+
+
+def _suggest(name, known):
+    close = difflib.get_close_matches(name, sorted(k for k in known if k.startswith("--")), n=1, cutoff=0.75)
+    return " (did you mean %s?)" % close[0] if close else ""
+
+
+def problems(argv, known, fields):
+    """What of the command line ``argv`` (``[executable, "serve", MODEL, ...]``) the release does not
+    take: one sentence per argument, naming it. ``fields`` maps a JSON config argument
+    (``--profiler-config``) to its release's field names (None: not listed, not checked)."""
+    args = argv[3:] if len(argv) > 1 and argv[1] == "serve" else argv[1:]
+    out = []
+    for i, token in enumerate(args):
+        if not token.startswith("-") or _NUMBER.match(token) or token == "-":
+            continue
+        name, eq, inline = token.partition("=")
+        base, dot, field = name.partition(".")
+        if base not in known and not (base.startswith("-") and not base.startswith("--") and base[:2] in known):
+            out.append("%s is not an argument of this release%s" % (base, _suggest(base, known)))
+            continue
+        allowed = fields.get(base)
+        if allowed is None:
+            continue
+        if dot:
+            given = [field]
+        else:
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                continue  # the server's own parser says what is wrong with it
+            given = list(parsed) if isinstance(parsed, dict) else []
+        for key in given:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.75)
+                out.append("%s field %s is not a field of this release's %s%s" % (
+                    base, key, JSON_CONFIG_FIELDS[base], " (did you mean %s?)" % close[0] if close else ""))
+    return out
+
+
+def running_matches(cmdline, argv):
+    """Whether a process's command line (``/proc/PID/cmdline`` split on NUL: an interpreter may come
+    first, as for a Python script) runs exactly ``argv``."""
+    if not argv or argv[0] not in cmdline:
+        return False
+    return cmdline[cmdline.index(argv[0]):] == list(argv)
+
+
+def shebang_python(first_line, fallback="/usr/bin/python3"):
+    """The interpreter a script's first line names (``#!/opt/vllm/0.32.0/bin/python``), the last word
+    of an ``env`` line, or ``fallback``."""
+    if not first_line.startswith("#!"):
+        return fallback
+    words = first_line[2:].split()
+    if not words:
+        return fallback
+    if words[0].endswith("/env") and len(words) > 1:
+        return words[-1]
+    return words[0]

@@ -1,0 +1,171 @@
+"""``report.json`` of a rollout: which hosts run what, the canary's gate with its noise, the downtime
+of each host, in one stable layout that the Markdown template reads.
+
+Inputs, in the rollout's directory (``<artifacts>/rollout/<rollout id>/``): ``hosts/<host>.json``, one
+record per host the rollout reached, written by the role once the host is back on its last-known-good::
+
+    host, stage ("canary" | "fleet"), outcome, restarted (bool), error (str | null), job_id, job_dir,
+    started_at, finished_at, downtime (the health poller's record | null), change (str),
+    before {version, executable}, after {version, executable} (what the host runs now), gate (path of
+    the canary's gate.json | null), smoke {completion, metrics} | null
+
+``outcome`` is where the host ended: ``kept`` (the change passed and is the host's new last-known-good),
+``refused`` (before anything stopped: the release check or the settings), ``did not load`` (rolled back
+by the vllm role), ``regressed`` (the canary's gate), ``smoke failed`` (a later host's smoke check),
+``failed`` (anything else; the host is on its last-known-good all the same).
+
+Layout (``schema`` ``vllm-ops/rollout-report/1``)::
+
+    schema, id, change, hosts [str] (the play's order), stopped (bool), stopped_at (host | null),
+    entries [{host, stage, outcome, status, reason (the job's error, whole), reason_line (its first
+              line, at most 240 characters), restarted, before, after, downtime_s, downtime, job_dir,
+              model_loads (the host job's loads, vllm_ops.loadcost.summary of its job.json | null)}]
+             (one per host; a host the rollout did not reach has status "not reached"),
+    canary {host, gate (gate.json's content, vllm_ops.rollout.gate) | null}, counts {status: n},
+    headline (str)
+
+``status`` is the outcome in the report's words: ``changed`` or ``unchanged`` (kept, with or without a
+restart), ``refused (nothing stopped)``, ``rolled back`` (did not load, regressed, smoke failed),
+``failed``, ``not reached``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from .. import loadcost
+from ..cliutil import read_json
+from ..job import downtime_text
+from .errors import RolloutInputError
+
+__all__ = ["OUTCOMES", "SCHEMA", "build_report", "load_rollout", "status_of"]
+
+SCHEMA = "vllm-ops/rollout-report/1"
+OUTCOMES = ("kept", "refused", "did not load", "regressed", "smoke failed", "failed")
+ROLLED_BACK = ("did not load", "regressed", "smoke failed")
+
+
+def reason_line(error: str | None, limit: int = 240) -> str | None:
+    """The first line of a job's error, cut to ``limit`` characters: the report's table shows that."""
+    if not error:
+        return None
+    line = error.strip().splitlines()[0].split(" Last journal lines:")[0]
+    return line if len(line) <= limit else line[:limit - 3].rstrip() + "..."
+
+
+def status_of(outcome: str, restarted: bool) -> str:
+    if outcome == "kept":
+        return "changed" if restarted else "unchanged"
+    if outcome == "refused":
+        return "refused (nothing stopped)"
+    return "rolled back" if outcome in ROLLED_BACK else "failed"
+
+
+def _record(path: Path) -> dict:
+    data = read_json(path, "rollout host record", RolloutInputError,
+                     missing="no such file; the rollout role writes it once the host is back")
+    where = str(path)
+    if not isinstance(data, Mapping):
+        raise RolloutInputError(f"{where}: must be a JSON object")
+    for key in ("host", "stage", "outcome"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise RolloutInputError(f"{where}: '{key}' must be a non-empty string, got {data.get(key)!r}")
+    if data["stage"] not in ("canary", "fleet"):
+        raise RolloutInputError(f"{where}: 'stage' must be canary or fleet, got {data['stage']!r}")
+    if data["outcome"] not in OUTCOMES:
+        raise RolloutInputError(f"{where}: 'outcome' must be one of {list(OUTCOMES)}, got {data['outcome']!r}")
+    for key in ("before", "after"):
+        if data.get(key) is not None and not isinstance(data[key], Mapping):
+            raise RolloutInputError(f"{where}: '{key}' must be a mapping or null")
+    return dict(data)
+
+
+def load_rollout(directory: str | Path) -> dict:
+    """The rollout directory's host records (by host) and the canary's gate, checked."""
+    d = Path(directory)
+    hosts_dir = d / "hosts"
+    if not hosts_dir.is_dir():
+        raise RolloutInputError(f"{hosts_dir}: no such directory; is {d} a rollout's directory "
+                                "(artifacts/rollout/<id>)?")
+    records = {}
+    for path in sorted(hosts_dir.glob("*.json")):
+        record = _record(path)
+        records[record["host"]] = record
+    gate = None
+    for record in records.values():
+        if record["stage"] == "canary" and record.get("gate"):
+            gate_path = Path(record["gate"])
+            if gate_path.exists():  # a canary refused before its measurement has none
+                gate = read_json(gate_path, "canary gate", RolloutInputError)
+    return {"dir": str(d), "id": d.name, "records": records, "gate": gate}
+
+
+def _runs(side: Mapping | None) -> str:
+    if not side or not side.get("version"):
+        return "not known"
+    return f"vLLM {side['version']}" + (f" ({side['executable']})" if side.get("executable") else "")
+
+
+def build_report(rollout: Mapping, hosts: list[str]) -> dict:
+    """The report dict of ``load_rollout``'s rollout over the play's ``hosts`` (in order; records of
+    hosts not listed come after them)."""
+    records = rollout["records"]
+    order = list(hosts) + sorted(h for h in records if h not in hosts)
+    entries = []
+    for host in order:
+        r = records.get(host)
+        if r is None:
+            entries.append({"host": host, "stage": None, "outcome": None, "status": "not reached", "reason": None,
+                            "reason_line": None, "restarted": False, "before": None, "after": None, "downtime_s": None,
+                            "downtime": None, "job_dir": None, "model_loads": None})
+            continue
+        downtime = r.get("downtime") or None
+        entries.append({
+            "host": host, "stage": r["stage"], "outcome": r["outcome"],
+            "status": status_of(r["outcome"], bool(r.get("restarted"))), "reason": r.get("error") or None,
+            "reason_line": reason_line(r.get("error")),
+            "restarted": bool(r.get("restarted")), "before": r.get("before"), "after": r.get("after"),
+            "downtime_s": float(downtime["seconds_not_ready"]) if downtime else None,
+            "downtime": downtime_text(downtime), "job_dir": r.get("job_dir"),
+            "model_loads": loadcost.read_job(r["job_dir"]) if r.get("job_dir") else None})
+    stopped = next((e for e in entries if e["outcome"] not in (None, "kept")), None)
+    counts = {}
+    for e in entries:
+        counts[e["status"]] = counts.get(e["status"], 0) + 1
+    change = next((r.get("change") for r in records.values() if r.get("change")), None)
+    canary = next((e["host"] for e in entries if e["stage"] == "canary"), None)
+    report = {"schema": SCHEMA, "id": rollout["id"], "change": change, "hosts": order, "stopped": stopped is not None,
+              "stopped_at": stopped["host"] if stopped else None, "entries": entries,
+              "canary": {"host": canary, "gate": rollout["gate"]}, "counts": counts}
+    report["headline"] = headline(report)
+    return report
+
+
+def headline(report: Mapping) -> str:
+    """One line: the rollout's end, the canary's gate, the downtime per host."""
+    entries = report["entries"]
+    gate = report["canary"]["gate"]
+    reached = [e for e in entries if e["outcome"] is not None]
+    downtime = ", ".join(f"{e['host']} {e['downtime_s']:.1f} s" for e in reached if e["downtime_s"] is not None)
+    parts = []
+    if report["stopped"]:
+        stop = next(e for e in entries if e["host"] == report["stopped_at"])
+        reason = stop["outcome"] if stop["outcome"] != "regressed" or not gate else "regressed: " + "; ".join(
+            gate["regressions"])
+        where = "at the canary " if stop["stage"] == "canary" else "at "
+        parts.append(f"rollout {report['id']} stopped {where}{stop['host']} ({reason}): {stop['host']} "
+                     f"{stop['status']}, runs {_runs(stop['after'])}")
+        missed = [e["host"] for e in entries if e["status"] == "not reached"]
+        if missed:
+            parts.append(f"not reached: {', '.join(missed)}")
+    else:
+        changed = [e for e in entries if e["outcome"] == "kept"]
+        versions = sorted({_runs(e["after"]) for e in changed})
+        parts.append(f"rollout {report['id']}: {len(changed)}/{len(entries)} hosts on the change "
+                     f"({'; '.join(versions)})")
+    if gate:
+        parts.append(gate["line"])
+    if downtime:
+        parts.append(f"downtime {downtime}")
+    return "; ".join(parts)

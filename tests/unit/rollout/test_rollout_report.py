@@ -1,0 +1,83 @@
+"""A rollout's report (vllm_ops.rollout.report and the vllm-rollout-report command)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vllm_ops.rollout import RolloutInputError, build_report, load_rollout
+from vllm_ops.rollout.cli import main
+from vllm_ops.rollout.report import reason_line
+
+from rollout_helpers import host_record, same
+
+GATE_LINE = "canary a: TPOT +0.5% (noise ±2.0%) at concurrency 1, ...: passed (at most 5% worse)"
+
+
+def gate_doc(passed=True, regressions=()):
+    return {"schema": "vllm-ops/rollout-gate/1", "host": "a", "passed": passed, "line": GATE_LINE,
+            "regressions": list(regressions), "warnings": [], "points": [], "load": {}, "max_regression_pct": 5.0,
+            "noise_floor_pct": 1.0}
+
+
+def test_every_host_changed_says_what_runs_where_and_the_downtime(rollout_dir):
+    d = rollout_dir(host_record("a", "canary", "kept", downtime_s=9.25), host_record("b", "fleet", "kept",
+                                                                                     downtime_s=8.5), gate=gate_doc())
+    report = build_report(load_rollout(d), ["a", "b"])
+    assert not report["stopped"] and report["counts"] == {"changed": 2}
+    assert [(e["host"], e["status"], e["after"]["version"], e["downtime_s"]) for e in report["entries"]] == [
+        ("a", "changed", "0.33.0", 9.25), ("b", "changed", "0.33.0", 8.5)]
+    assert report["headline"] == (
+        "rollout 20261201T100000Z: 2/2 hosts on the change (vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm)); "
+        f"{GATE_LINE}; downtime a 9.2 s, b 8.5 s")
+
+
+def test_a_canary_that_regressed_stops_the_rollout_before_the_others(rollout_dir):
+    d = rollout_dir(host_record("a", "canary", "regressed", after="0.32.0", error="the gate"),
+                    gate=gate_doc(False, ["TPOT rose 200.0% at concurrency 1 (noise ±1.0%)"]))
+    report = build_report(load_rollout(d), ["a", "b"])
+    assert report["stopped"] and report["stopped_at"] == "a"
+    assert [(e["host"], e["status"]) for e in report["entries"]] == [("a", "rolled back"), ("b", "not reached")]
+    assert report["headline"].startswith(
+        "rollout 20261201T100000Z stopped at the canary a "
+        "(regressed: TPOT rose 200.0% at concurrency 1 (noise ±1.0%)): "
+        "a rolled back, runs vLLM 0.32.0 (/opt/vllm/0.32.0/bin/vllm); not reached: b; ")
+
+
+def test_the_table_says_why_in_one_line():
+    error = "Fail: The change did not load on a; rolled back. What failed - x. Last journal lines:\nINFO: ..."
+    assert reason_line(error) == "Fail: The change did not load on a; rolled back. What failed - x."
+    assert reason_line("y" * 300).endswith("...") and len(reason_line("y" * 300)) == 240
+    assert reason_line(None) is None
+
+
+def test_a_refused_canary_has_no_gate(rollout_dir):
+    d = rollout_dir(host_record("a", "canary", "refused", restarted=False, after="0.32.0"))
+    report = build_report(load_rollout(d), ["a", "b"])
+    assert report["entries"][0]["status"] == "refused (nothing stopped)" and report["canary"]["gate"] is None
+
+
+def test_a_bad_record_is_named(rollout_dir):
+    d = rollout_dir(host_record("a", "canary", "exploded"))
+    with pytest.raises(RolloutInputError, match=r"hosts/a\.json: 'outcome' must be one of"):
+        load_rollout(d)
+
+
+def test_the_command_writes_the_gate_and_the_report(canary_dir, rollout_dir, capsys):
+    canary = canary_dir({1: same(5.0, 100.0)}, {1: same(15.0, 34.0)})
+    assert main(["gate", canary, "--max-regression-pct", "5"]) == 0
+    gate = json.loads(Path(canary, "gate.json").read_text())
+    assert gate["passed"] is False
+    assert capsys.readouterr().out.strip().splitlines()[-1] == gate["line"]
+    d = rollout_dir(host_record("a", "canary", "regressed", after="0.32.0"), gate=gate)
+    assert main(["analyze", str(d), "--hosts", "a,b"]) == 0
+    report = json.loads((d / "report.json").read_text())
+    assert capsys.readouterr().out.strip().splitlines()[-1] == report["headline"]
+    markdown = (d / "report.md").read_text()
+    assert "| a | canary | rolled back |" in markdown and "| b | - | not reached |" in markdown
+    assert "| 1 | 5.00 -> 15.00: +200.0% (noise +/-1.0%) worse, **regressed** |" in markdown
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path)]) == 2
+    assert "no such directory" in capsys.readouterr().err
