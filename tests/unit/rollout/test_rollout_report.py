@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_ops import loads
 from vllm_ops.rollout import RolloutInputError, build_report, load_rollout
 from vllm_ops.rollout.cli import main
 from vllm_ops.rollout.report import reason_line
@@ -81,3 +82,27 @@ def test_the_command_writes_the_gate_and_the_report(canary_dir, rollout_dir, cap
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["analyze", str(tmp_path)]) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+def test_each_host_shows_its_loads_from_its_job_record(rollout_dir, tmp_path):
+    # The canary's job.json as the skeleton writes it: one load (the change's), the disk not measured.
+    job_dir = tmp_path / "art" / "a" / "20261201T100000Z"
+    job_dir.mkdir(parents=True)
+    lines = [(100.0, "INFO [gpu_model_runner.py:5040] Starting to load model /m..."),
+             (106.5, "INFO [default_loader.py:501] Loading weights took 6.50 seconds"),
+             (109.0, "INFO:     Application startup complete.")]
+    load = dict(loads.parse_load(lines, t0=100.0, checkpoint_bytes=13_000_000_000), variant=None)
+    (job_dir / "job.json").write_text(json.dumps({"loads": [load], "disk": {"gbps": None, "why": "sparse files"}}))
+    canary = dict(host_record("a", "canary", "kept"), job_dir=str(job_dir))
+    d = rollout_dir(canary, host_record("b", "fleet", "kept"), gate=gate_doc())
+    (tmp_path / "art" / "b").mkdir()  # b's job directory holds no job.json
+    report = build_report(load_rollout(d), ["a", "b"])
+    by_host = {e["host"]: e for e in report["entries"]}
+    ml = by_host["a"]["model_loads"]
+    # 13 GB in the 6.5 s the weights line states: 2.00 GB/s; ready 9.0 s after the start
+    assert ml["count"] == 1 and ml["ready_s"] == [9.0]
+    assert ml["clause"] == "1 load, ready in 9.0 s, weights 6.5 s at 2.00 GB/s; disk floor not measured"
+    assert by_host["b"]["model_loads"] is None
+    assert main(["analyze", str(d), "--hosts", "a,b"]) == 0
+    md = (d / "report.md").read_text()
+    assert "## Model loads" in md and f"a: **{ml['clause']}.**" in md
