@@ -10,6 +10,8 @@ import gzip
 import json
 import re
 
+import pytest
+
 from conftest import MODEL, SERVER_ENV, VENV
 from testlib import UNIT, holders, wait_for
 
@@ -110,6 +112,16 @@ def test_a_campaign_profiles_the_real_server_and_restores_it(host, play, tmp_pat
     report = (campaign_dir / "report.md").read_text()
     assert "No GPU kernels in the traces: GPU time and all-reduce share not measured." in report
     assert "no GPU kernels in the traces: all-reduce share not measured" in run.output
+    # Both of the campaign's loads (the profiling variant's, then the normal service's), phase by phase
+    # from the real server's own lines: the phases measured sum to the time to ready, and the weights
+    # phase, which every vLLM logs, is among them.
+    job = json.loads((campaign_dir / "job.json").read_text())
+    assert len(job["loads"]) == 2 and job["loads"][-1]["variant"] is None, job["loads"]
+    for load in job["loads"]:
+        measured = {p["name"]: p["seconds"] for p in load["phases"] if p["status"] == "measured"}
+        assert load["ready"] and measured.get("weights", 0) > 0, load
+        assert sum(measured.values()) == pytest.approx(load["total_s"], abs=0.01 * len(measured)), load
+    assert "## Model loads" in report and "2 loads, ready in " in report
     # Nothing of the campaign is left on the host, and the normal service is back unchanged.
     assert host.run(f"ls -A {TRACE_DIR}").stdout.split() == []
     assert http(host, "POST", "/start_profile")[0] == 404
