@@ -36,7 +36,7 @@ LANE_LOGS := .lane-logs
 # take the longest first. A scenario not named here counts 300.
 COST_unit := 280
 COST_integration := 300
-COST_campaign := 1500
+COST_campaign := 1800
 COST_rollout := 660
 COST_campaign_multi := 240
 COST_default := 200

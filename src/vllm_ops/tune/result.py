@@ -23,6 +23,9 @@ Definitions (:func:`analyze`):
   deployment) plus the normal service's load at the end where the tune stopped the service and
   applied no winner. **downtime**: the health poller's record. **wall**: from the job's start to
   the report. **prescreened**: candidates run on the floor, and how many it kept.
+- **the report's model_loads** (beside ``costs``' count): each load phase by phase and against the
+  disk's floor, from the skeleton's ``job.json`` (:func:`vllm_ops.loadcost.read_job`), as every job's
+  report shows them; None without a ``job.json``.
 - **warnings**: a speculative-decoding variant measured on random tokens (they make n-gram and draft
   models accept almost nothing: give a prompts file), a variant that failed to load or serve, a
   candidate left unloaded by the budget.
@@ -34,6 +37,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from .. import loadcost
 from ..artifacts import write_json, write_text
 from ..cliutil import read_json
 from ..experiment import build_report, load_experiment
@@ -225,7 +229,7 @@ def analyze(directory: str | Path) -> dict:
         "verdict": summary.get("verdict"), "plan": plan, "prescreen": screened, "experiment": exp_report,
         "winner": out_winner, "result": result, "applied": record.get("applied"), "load": load,
         "load_words": load_words(load) if load else None, "warnings": warnings, "costs": costs,
-        "cost_words": cost_words, "error": record.get("error"),
+        "cost_words": cost_words, "error": record.get("error"), "model_loads": loadcost.read_job(d),
         "host_vars": "host_vars.yml" if out_winner else None,
         "rollout_change": "rollout_change.yml" if out_winner else None,
     }

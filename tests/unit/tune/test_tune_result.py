@@ -9,6 +9,7 @@ import statistics
 
 import yaml
 
+from vllm_ops import loads
 from vllm_ops.tune.cli import main
 
 from tune_helpers import COMM_NEXT, HOST_NEXT, UNIT, floor, summary, write_experiment
@@ -109,9 +110,19 @@ def test_when_nothing_helps_the_result_says_how_far_the_step_is_from_its_floor(t
                          "cuda-graphs": ({}, ["--no-enforce-eager"], [15.1, 15.0, 14.9], [100.5, 101.0, 99.5])})
     _tune_json(d, loads=[{"what": "profile", "name": "profiling", "seconds": 9.0},
                          {"what": "variant", "name": "cuda-graphs", "seconds": 10.0}])
+    # The skeleton's job.json: the variant's load, phase by phase from vLLM's lines.
+    lines = [(100.0, "INFO [gpu_model_runner.py:5040] Starting to load model /m..."),
+             (104.0, "INFO [default_loader.py:501] Loading weights took 4.00 seconds"),
+             (110.0, "INFO:     Application startup complete.")]
+    load = dict(loads.parse_load(lines, t0=100.0, checkpoint_bytes=10_000_000_000), variant="cuda-graphs")
+    (d / "job.json").write_text(json.dumps({"loads": [load], "disk": None}))
     assert main(["winner", str(d)]) == 0 and capsys.readouterr().out.strip() == "null"
     assert main(["analyze", str(d)]) == 0
     report = json.loads((d / "report.json").read_text())
+    # 10 GB in the 4 s stated: 2.50 GB/s; ready 10 s after the start
+    clause = "1 load, ready in 10.0 s, weights 4.0 s at 2.50 GB/s; disk floor not measured"
+    assert report["model_loads"]["clause"] == clause
+    assert f"**{clause}.**" in (d / "report.md").read_text()
     # the larger headroom of the two ranks, over the floor: 3.0 / 6.0
     assert report["result"] == ("no tested change helps (1 variant(s) tested, none better beyond the noise); "
                                 "the step is within 50% of its floor")
