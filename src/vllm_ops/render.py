@@ -39,8 +39,10 @@ def render(template: str | os.PathLike | None, default: str, variables: Mapping,
     except OSError as exc:
         raise error(f"template {path}: {exc.strerror or exc}") from None
     # trim_blocks and the final newline as ansible.builtin.template has them by default
+    # A template imports the shared macros (templates/_loads.md.j2) from beside itself, else from the package.
+    loader = jinja2.ChoiceLoader([jinja2.FileSystemLoader(str(path.parent)), jinja2.FileSystemLoader(str(TEMPLATES))])
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True,
-                             autoescape=False)
+                             autoescape=False, loader=loader)
     try:
         return env.from_string(text).render(**variables)
     except jinja2.TemplateError as exc:

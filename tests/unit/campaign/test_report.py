@@ -44,8 +44,10 @@ def test_errors(func, args, error, message):
 def test_the_template_ships_in_the_package_and_needs_no_ansible_filter(campaign):
     path = template_path(TEMPLATE)
     assert path.is_file() and path.parent.name == "templates"
-    # a plain Jinja2 environment with no filter of the project's: the figures come computed
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
+    # a plain Jinja2 environment with no filter of the project's (only the templates beside it, for the
+    # shared macros): the figures come computed
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True,
+                             loader=jinja2.FileSystemLoader(str(path.parent)))
     text = env.from_string(path.read_text()).render(campaign=campaign, figures=report_figures(campaign))
     assert text == render_report(campaign)
     assert not re.search(r"\|\s*vllm_", path.read_text())  # and names none of the project's filters
