@@ -1,7 +1,11 @@
 """vllm_ops.validate: each bad variable is named with what is allowed."""
 
-import pytest
+from pathlib import Path
 
+import pytest
+import yaml
+
+from vllm_ops.experiment.sweep import expand
 from vllm_ops.validate import settings_errors, variant_errors
 
 GOOD = {
@@ -200,3 +204,14 @@ def test_the_variant_in_force_is_checked_with_the_settings():
     assert settings_errors(with_(vllm_variant={"name": "p", "profile": True})) == []
     assert settings_errors(with_(vllm_extra_args=["--speculative-config", "{}"]))[0].startswith(
         "vllm_extra_args --speculative-config is '{}': it must be a JSON object")
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples/experiments").glob("*.yml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_experiment_passes_the_variant_check(example):
+    data = yaml.safe_load(example.read_text())
+    variants = data.get("vllm_experiment_variants", []) + expand(data.get("vllm_experiment_sweeps", []))
+    assert variants, f"{example.name} names no variant"
+    assert variant_errors("vllm_experiment_variants", variants, {"NCCL_PROTO": "LL"}, server=True) == []
