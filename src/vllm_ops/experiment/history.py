@@ -2,7 +2,8 @@
 
 The columns are fixed (:data:`COLUMNS`, described in :data:`COLUMN_DOCS`); the file is appended
 with the project's CSV appender (:func:`vllm_ops.csvfile.append_csv_rows`): one lock,
-header on a new file, and a file whose header differs is never appended to. An empty cell is a
+header on a new file, a file without the columns added since (:data:`ADDED_COLUMNS`) migrated, and a
+file whose header differs otherwise is never appended to. An empty cell is a
 figure that was not measured, never a zero.
 """
 
@@ -40,8 +41,12 @@ COLUMN_DOCS: dict[str, str] = {
     "spec_acceptance": "accepted / draft tokens of speculative decoding (empty: no drafts)",
     "preemptions": "scheduler preemptions, sum over the runs (empty: the metric is absent)",
     "baseline_host": "the host whose baseline the row is compared with",
+    "load_ready_s": "the server's model load, seconds from its start to ready (the baseline: the normal service "
+                    "loaded back at the end; empty: not loaded by the experiment, or it never got ready)",
 }
 COLUMNS: tuple[str, ...] = tuple(COLUMN_DOCS)
+# Columns added since the first release, at the end: a file without them is migrated, its rows padded.
+ADDED_COLUMNS: tuple[str, ...] = ("load_ready_s",)
 
 
 def rows(report: Mapping) -> list[dict]:
@@ -53,6 +58,7 @@ def rows(report: Mapping) -> list[dict]:
             cmp = p.get("comparison") or {}
             tpot, thr = cmp.get(TPOT) or {}, cmp.get(THROUGHPUT) or {}
             status = entry["status"] if entry["status"] != "ok" else p["status"]
+            load = entry.get("load")
             row = {
                 "experiment_id": report["id"], "finished_at": finished.get(entry["host"]), "host": entry["host"],
                 "variant": entry["name"], "settings": entry["settings"], "status": status,
@@ -65,6 +71,7 @@ def rows(report: Mapping) -> list[dict]:
                 "throughput_verdict": thr.get("verdict"),
                 "spec_acceptance": p["spec_decode"]["acceptance"], "preemptions": p["preemptions"],
                 "baseline_host": entry["host"],
+                "load_ready_s": load["total_s"] if load and load.get("ready") else None,
             }
             assert tuple(row) == COLUMNS
             out.append(row)
@@ -75,5 +82,6 @@ def append_experiment(path: str | os.PathLike, report: Mapping) -> int:
     """Append the report's rows to the CSV at ``path``; returns how many. Refuses (nothing
     written) a file whose header is not :data:`COLUMNS`."""
     got = rows(report)
-    append_csv_rows(path, got, COLUMNS, what="experiments CSV", error=ExperimentInputError)
+    append_csv_rows(path, got, COLUMNS, added_columns=ADDED_COLUMNS, what="experiments CSV",
+                    error=ExperimentInputError)
     return len(got)

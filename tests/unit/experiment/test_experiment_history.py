@@ -20,7 +20,7 @@ EXPECTED_COLUMNS = (
     "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
     "median_e2el_ms", "p99_e2el_ms", "output_throughput", "completed", "failed_requests",
     "tpot_change_pct", "tpot_noise_pct", "tpot_verdict", "throughput_change_pct", "throughput_noise_pct",
-    "throughput_verdict", "spec_acceptance", "preemptions", "baseline_host",
+    "throughput_verdict", "spec_acceptance", "preemptions", "baseline_host", "load_ready_s",
 )
 
 
@@ -64,6 +64,17 @@ def test_appends_under_the_same_header(tmp_path, report):
     append_experiment(path, report)
     lines = path.read_text().splitlines()
     assert len(lines) == 1 + 2 * 14 and lines.count(",".join(COLUMNS)) == 1
+
+
+def test_a_file_of_the_release_before_the_load_column_is_migrated(tmp_path, report):
+    path = tmp_path / "experiments.csv"
+    old_header = ",".join(EXPECTED_COLUMNS[:-1])
+    old_row = ",".join(["old"] + [""] * (len(EXPECTED_COLUMNS) - 2))
+    path.write_text(f"{old_header}\n{old_row}\n")
+    append_experiment(path, report)
+    lines = path.read_text().splitlines()
+    assert lines[0] == ",".join(EXPECTED_COLUMNS) and lines[1] == old_row + ","
+    assert len(lines) == 2 + 14
 
 
 def test_refuses_another_header(tmp_path, report):

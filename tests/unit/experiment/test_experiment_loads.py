@@ -2,10 +2,12 @@
 that lever variants (a load format, the compile cache) compare by their loads. The load records are built
 here from lines the test times itself; the expected seconds are the test's own, not the code's."""
 
+import csv
 import json
 from pathlib import Path
 
 from vllm_ops import loads
+from vllm_ops.experiment import append_experiment
 from vllm_ops.experiment.cli import main
 
 T0 = 1000.0
@@ -46,6 +48,11 @@ def test_each_load_format_reports_its_time_to_ready(make_dir, tmp_path, capsys):
         assert f"| {name} | {total:.1f} s |" in section
     assert f"| baseline (the normal service) | {RESTORE_S:.1f} s |" in section
     assert "the disk's floor was not measured: the files are sparse" in section
+    # experiments.csv: each row of a server carries its time to ready
+    append_experiment(tmp_path / "experiments.csv", report)
+    csv_rows = list(csv.DictReader((tmp_path / "experiments.csv").open()))
+    ready = {r["variant"]: r["load_ready_s"] for r in csv_rows}
+    assert ready == {**{name: str(total) for name, (_, total, _) in FORMATS.items()}, "baseline": str(RESTORE_S)}
 
 
 def test_without_job_json_no_load_is_recorded(fixture_dir, capsys):
