@@ -15,6 +15,8 @@ import re
 import signal
 import time
 
+from vllm_ops import loads
+
 from contract_support import (
     FENCE_DIR,
     MAX_MODEL_LEN,
@@ -215,6 +217,10 @@ def test_loads_serves_and_exits_0_when_its_engine_is_killed(server):
     assert re.search(r"^INFO:     Started server process \[\d+\]$", output, re.M)
     assert re.search(r'^INFO:     127\.0\.0\.1:\d+ - "GET /version HTTP/1\.1" 200 OK$',
                      output, re.M), "uvicorn's access log line, unprefixed"
+    # the load's milestones, as the health wait splits a load into phases (vllm_ops.loads): the real
+    # CPU build logs these six (no "Model loading took", no CUDA graphs); the stand-in logs them too
+    found = loads.parse_load(lines(output))["milestones_found"]
+    assert {"load_start", "weights", "compile", "kv", "engine", "ready"} <= set(found), found
 
     # the process tree: API server -> VLLM::EngineCore -> VLLM::Worker (TP 1)
     engine, workers = process_tree(srv)
