@@ -124,6 +124,11 @@ def test_a_measurement_records_the_downtime_it_cost(host, tmp_path):
     headline = play.result("Print the headline")["msg"]
     assert headline.startswith(f"{host.backend.hostname}: all-reduce on 1 rank"), headline
     assert f"; {words}" in headline and headline.endswith(f"-> {job_dir}/allreduce/allreduce.md")
+    # The restore's load, phase by phase from the stand-in's lines: one load, the normal service's.
+    (load,) = job["loads"]
+    assert load["variant"] is None and load["ready"], load
+    assert "; 1 load, ready in " in headline and "disk floor not measured" in headline, headline
+    assert (job_dir / "loads.txt").read_text().startswith("load 1 (the normal service): ")
     assert json.loads((job_dir / "allreduce" / "allreduce-unit.json").read_text()) == json.loads(RECORDED.read_text())
     assert main_pid(host) != before
     assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
