@@ -47,7 +47,7 @@ from .cliutil import read_json, run_command
 from .errors import VllmOpsError
 
 __all__ = ["LoadInputError", "expected", "history_figures", "job_loads", "last_load", "main", "read_job",
-           "summary", "time_to_ready"]
+           "server_words", "summary", "time_to_ready"]
 
 PROG = "vllm-load-report"
 TUNE_JSON = "tune.json"
@@ -129,26 +129,36 @@ def expected(n_loads: int, load: Mapping) -> dict:
 
 
 def summary(items: list[Mapping], disk: Mapping | None) -> dict:
-    """A job's loads for a report: ``{count, ready_s [s], disk, disk_words, loads [{n, variant, ready, total_s,
-    failed_in, words, phases [{name, words, seconds, status}], weights, against, against_words}], clause}``.
+    """A job's loads for a report: ``{count, ready_s [s], disk, disk_words, loads [{n, variant, what, ready, total_s,
+    failed_in, words, phases [{name, words, seconds, status}], weights, server (in words: :func:`server_words`),
+    against, against_words}], clause}``.
     ``clause`` is the headline's: ``2 loads, ready in 8.1 s (median), weights 6.8 s at 7.74 GB/s; disk floor
     not measured``, or null without loads."""
     out = []
     for n, x in enumerate(items, 1):
         verdict = L.against_disk(x, disk)
         out.append({
-            "n": n, "variant": x.get("variant"), "ready": bool(x.get("ready")), "total_s": x.get("total_s"),
+            "n": n, "variant": x.get("variant"), "what": x.get("what"), "ready": bool(x.get("ready")),
+            "total_s": x.get("total_s"),
             "failed_in": x.get("failed_in"), "words": L.load_words(x), "started_at": x.get("started_at"),
             "phases": [{"name": p["name"], "words": L.phase_words(p), "seconds": p.get("seconds"),
                         "stated_s": p.get("stated_s"), "status": p.get("status"), "includes": p.get("includes") or [],
                         "why": p.get("why")} for p in x.get("phases") or []],
             "weights": dict(x.get("weights") or {}), "compile": dict(x.get("compile") or {}),
-            "load_format": x.get("load_format"),
+            "load_format": x.get("load_format"), "server": server_words(x),
             "against": verdict, "against_words": L.verdict_words(verdict),
         })
     ready = _ready_seconds(items)
     return {"count": len(items), "ready_s": ready, "disk": dict(disk) if disk else None,
             "disk_words": L.disk_words(disk), "loads": out, "clause": _clause(out, ready, disk)}
+
+
+def server_words(load: Mapping) -> str:
+    """What a load loaded, in words: its variant, else the normal service (and what the load was when
+    not a plain start: ``the normal service, the rollback to the last-known-good``)."""
+    if load.get("variant"):
+        return str(load["variant"])
+    return "the normal service" + (f", {load['what']}" if load.get("what") else "")
 
 
 def read_job(directory: str | os.PathLike) -> dict | None:
@@ -237,8 +247,7 @@ def run(args: argparse.Namespace) -> list[str]:
     path = Path(args.dir) / JOB_JSON
     record = read_json(path, "job record", LoadInputError)
     s = summary(job_loads(record, str(path)), record.get("disk"))
-    lines = [f"load {x['n']} ({x['variant'] or 'the normal service'}): {x['words']}; {x['against_words']}"
-             for x in s["loads"]]
+    lines = [f"load {x['n']} ({server_words(x)}): {x['words']}; {x['against_words']}" for x in s["loads"]]
     return [*lines, s["disk_words"], s["clause"] or "no load recorded"]
 
 

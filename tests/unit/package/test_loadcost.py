@@ -99,3 +99,12 @@ def test_the_command(tmp_path, capsys):
     assert out[1] == "the disk's floor was not measured: the files are sparse"
     assert loadcost.main(["expect", "--loads", "-1"]) == 2
     assert "give the number of model loads" in capsys.readouterr().err
+
+
+def test_a_rollbacks_load_says_what_it_was():
+    # The health wait's record of a rollback (roles/vllm/tasks/rollback.yml): the normal service, and what.
+    rollback = dict(a_load(9.0), what="the rollback to the last-known-good")
+    s = loadcost.summary([a_load(5.0, ready=False), rollback], None)
+    assert [x["server"] for x in s["loads"]] == [
+        "the normal service", "the normal service, the rollback to the last-known-good"]
+    assert loadcost.server_words({"variant": "profiling", "what": None}) == "profiling"
