@@ -74,7 +74,7 @@ record:
   returned: state=measure
 plan:
   description: The warm-up's figures - C(checkpoint_bytes), C(resident_bytes), C(needed_bytes), C(available_bytes),
-    C(reserve_bytes), C(fits), C(message).
+    C(reserve_bytes), C(fits), C(read_s) (the longest the reading takes at its pace; null unpaced), C(message).
   type: dict
   returned: state=check or state=warm
 warmed:
@@ -133,7 +133,7 @@ def main():
                           available_bytes=meminfo().get("MemAvailable"), priority=priority,
                           measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             module.exit_json(changed=False, record=record, words=disk_words(record))
-        plan = warm_plan(files, meminfo(), p["reserve_mib"] * MIB)
+        plan = warm_plan(files, meminfo(), p["reserve_mib"] * MIB, p["max_rate_mib_s"] * MIB)
         if not plan["fits"]:
             module.fail_json(msg="The page cache cannot hold the checkpoint: %s. Warm it up on a host with more free "
                                  "memory, lower the reserve (vllm_disk_warm_reserve_mib) if the host can spare it, or "

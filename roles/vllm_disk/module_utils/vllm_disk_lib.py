@@ -278,10 +278,11 @@ def measure_floor(files, sample_bytes, chunk_bytes, max_rate, max_seconds, clock
     return out
 
 
-def warm_plan(files, memory, reserve_bytes):
+def warm_plan(files, memory, reserve_bytes, max_rate=0):
     """Whether the checkpoint fits in the page cache: ``{checkpoint_bytes, resident_bytes, needed_bytes,
-    available_bytes, reserve_bytes, fits, message}`` (needed = the bytes not yet resident; fits when needed <=
-    MemAvailable - reserve)."""
+    available_bytes, reserve_bytes, fits, read_s, message}`` (needed = the bytes not yet resident; fits when
+    needed <= MemAvailable - reserve; read_s = needed / ``max_rate`` bytes/s, the warm-up's longest at its pace,
+    None unpaced)."""
     res = residency(files)
     needed = res["bytes"] - res["resident_bytes"]
     available = memory.get("MemAvailable")
@@ -293,6 +294,7 @@ def warm_plan(files, memory, reserve_bytes):
                f"less the reserve {reserve_bytes / gib:.1f} GiB")
     return {"checkpoint_bytes": res["bytes"], "resident_bytes": res["resident_bytes"], "needed_bytes": needed,
             "available_bytes": available, "reserve_bytes": reserve_bytes, "fits": fits,
+            "read_s": round(needed / max_rate, 1) if max_rate > 0 else None,
             "resident_fraction": res["resident_fraction"], "message": message}
 
 

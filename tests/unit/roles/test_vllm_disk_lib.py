@@ -133,7 +133,10 @@ def test_the_warm_up_fits_or_is_refused_with_both_figures(checkpoint):
     total = 3 * 24 * MIB
     plan = disk.warm_plan(checkpoint, {"MemAvailable": total + 2 * MIB}, 1 * MIB)
     assert plan["fits"] and plan["checkpoint_bytes"] == total
-    assert plan["needed_bytes"] == total - plan["resident_bytes"]
+    assert plan["needed_bytes"] == total - plan["resident_bytes"] and plan["read_s"] is None  # unpaced
+    # at 8 MiB/s, the bytes still to read take needed / 8 MiB seconds: what the job's lock adds
+    paced = disk.warm_plan(checkpoint, {"MemAvailable": total + 2 * MIB}, 1 * MIB, 8 * MIB)
+    assert paced["read_s"] == round(paced["needed_bytes"] / (8 * MIB), 1)
     refused = disk.warm_plan(checkpoint, {"MemAvailable": 40 * MIB}, 8 * MIB)
     assert not refused["fits"]
     assert f"({total} bytes in 3 file(s))" in refused["message"]
