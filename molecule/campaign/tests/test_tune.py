@@ -226,13 +226,14 @@ def test_check_mode_prints_the_plan_and_its_minutes_and_refuses_one_over_the_bud
     check = tune(artifacts, "--check")
     assert check.rc == 0, check.output[-4000:]
     d = only_dir(artifacts, host)  # the check made no tune directory of its own
-    loads = [x["seconds"] for x in json.loads((d / "tune.json").read_text())["loads"]]
-    s = statistics.median(loads)
+    # The host's last measured load: the median time to ready of the loads the tune's job.json recorded.
+    ready = [x["total_s"] for x in json.loads((d / "job.json").read_text())["loads"] if x["ready"]]
+    s = round(statistics.median(ready), 1)
     said = check.result("Say the plan and its cost")["msg"]
     assert "7 candidate(s), 6 pre-screened first" in said
     assert (f"cost 3-4 model load(s) (1 profile, 1-2 variant(s), 1 back to the normal service), about "
-            f"{3 * s / 60:.1f}-{4 * s / 60:.1f} min of downtime at {s:.0f} s a load (the loads timed by tune "
-            f"{d.name})") in said
+            f"{3 * s / 60:.1f}-{4 * s / 60:.1f} min of downtime at {s:.0f} s a load (the {len(ready)} load(s) of "
+            f"tune {d.name})") in said
     assert not host.file(LOCK).exists  # check mode took no lock (its "changed" are what a run would change)
 
     plan = tmp_path / "plan.yml"
