@@ -36,6 +36,7 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname", "?") if task_vars else "?"
         started = time.monotonic()
         invocation = ""
+        overtime = False
         while True:
             elapsed = time.monotonic() - started
             window = max(min(interval_s, timeout_s - elapsed), poll_s)
@@ -63,19 +64,13 @@ class ActionModule(ActionBase):
                 result["changed"] = False
                 return result
             invocation = answer.get("invocation_id", "")
-            if elapsed >= timeout_s and "load" not in answer and boolean(module_args.get("record_load", False),
-                                                                          strict=False):
+            if (elapsed >= timeout_s and not overtime and "load" not in answer
+                    and boolean(module_args.get("record_load", False), strict=False)):
                 # The time ran out in a window that was not meant to be the last (the calls' own
-                # overhead): one short last window, so that a load that timed out is recorded too.
-                module_args.update(window_s=poll_s, invocation_id=invocation, last_window=True)
-                answer = self._execute_module(
-                    module_name="vllm_wait_healthy", module_args=module_args, task_vars=task_vars
-                )
-                answer["elapsed_s"] = round(time.monotonic() - started, 1)
-                if answer.get("failed") or answer.get("healthy"):
-                    result.update(answer)
-                    result["changed"] = False
-                    return result
+                # overhead): one more, short, and the last (elapsed is past the timeout), so that a
+                # load that timed out is recorded too.
+                overtime = True
+                continue
             if elapsed >= timeout_s:
                 result.update(answer)
                 result.update(
