@@ -29,6 +29,10 @@ left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdic
   ``host_ms_per_step``, ``gpu_ms_per_step``, ``period_ms``, lead figures, ``steady``,
   ``bound``), ``limit``, ``bound``, ``predicted_period_ms``, ``steady``, ``drifting_rank``.
 * ``regimes``: :mod:`.regimes`, each with its own ``verdict``.
+* ``stalls``: :mod:`.stalls`: ``steps`` (each ``rank``, ``index``, ``host_ms``,
+  ``median_host_ms``, ``ratio``, ``time_share``) and the ``thresholds``; each also a warning.
+* per rank, ``phases``: :mod:`.phases` over every step of the rank (decode, prefill and mixed,
+  each its own figures: steps, time and share of the profiled step time, median period).
 * ``coverage``: :mod:`.coverage` (``world_size``, ``present``, ``missing``, ``unreadable``,
   ``complete``, ``fetch``), and ``allreduce_bounds`` where ranks are missing: per rank
   :func:`.collectives.bounds` over its steady decode steps, with ``low_share`` and
@@ -81,7 +85,7 @@ import numpy as np
 from .. import fabric as fabric_mod
 from .. import ledger as ledger_mod
 from ..allreduce import floor
-from . import collectives, coverage, findings, pace, regimes, sanity, steady, timeline, verdict
+from . import collectives, coverage, findings, pace, phases, regimes, sanity, stalls, steady, timeline, verdict
 from .annotations import DECODE, MIXED, PREFILL, StepMatcher
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
 from .errors import TraceInputError
@@ -266,6 +270,7 @@ def _summarize_sets(data: TraceData, classifier: Classifier, top: int, launch_ts
             continue
         if not gpu and not cpu:
             continue
+        (gpu, nested_gpu), (cpu, nested_cpu) = timeline.outermost(gpu), timeline.outermost(cpu)
         rows = timeline.pick_steps(data, gpu, cpu, launch_ts)
         try:
             table = timeline.step_table(data, classifier, rows)
@@ -285,7 +290,7 @@ def _summarize_sets(data: TraceData, classifier: Classifier, top: int, launch_ts
         calls["nccl"] = [is_nccl[n] for n in calls["name"]]
         out["sets"][key] = {"steps_from": rows.steps_from, "steps": table, "calls": calls, "top": per_phase,
                             "overlapping_spans": _overlaps(rows.spans), "pairing": rows.pairing,
-                            "repeated_ids": rows.repeated_ids}
+                            "repeated_ids": rows.repeated_ids, "nested_spans": max(nested_gpu, nested_cpu)}
 
 
 def _overlaps(spans) -> int:
@@ -356,7 +361,8 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
                         "." if suggested else "name the decode steps with --decode-pattern REGEX."))
     for r in ranks:
         r["set"] = r["sets"].get(key) or {"steps_from": None, "steps": [], "calls": None, "top": {},
-                                          "overlapping_spans": 0, "pairing": None, "repeated_ids": 0}
+                                          "overlapping_spans": 0, "pairing": None, "repeated_ids": 0,
+                                          "nested_spans": 0}
         r["decode"] = [s for s in r["set"]["steps"] if s["phase"] == DECODE]
         _not_measured_warning(r, warnings)
         _graph_warning(r, warnings, api)
@@ -388,7 +394,11 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     groups = {}
     for r in measured:
         groups.update(r["process_groups"])
-    coll = collectives.match(calls, groups, steady_idx, warnings)
+    decode_idx = {r["rank"]: {s["index"] for s in r["decode"]} for r in measured}
+    steady_by_rank = steady_idx if lockstep else {
+        r["rank"]: {s["index"] for s in r["decode"] if s["index"] not in left_by_rank.get(r["rank"], {})}
+        for r in measured}
+    coll = collectives.match(calls, groups, steady_by_rank, warnings, decode_idx)
     per_step = coll.pop("per_step")
     floor.annotate(coll["groups"], measured_floor)
     if measured_floor is not None:
@@ -415,6 +425,15 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         who = f"rank {item['rank']} " if "rank" in item else ""
         warnings.append(f"steady state: {who}decode step {item['index']} left out of the steady figures: "
                         f"{item['reason']}.")
+    stall_list = []
+    for e in entries:
+        if e["gpu_time_measured"] and e["decode_steps"]:
+            for x in stalls.find([s for s in e["steps"] if s["phase"] == DECODE]):
+                stall_list.append({"rank": e["rank"], **x})
+                warnings.append(f"rank {e['rank']}: decode step {x['index']} is a host stall: {x['host_ms']:.2f} ms "
+                                f"outside its GPU window, {x['ratio'] or '>'}x the rank's median host time "
+                                f"({x['median_host_ms']:.2f} ms), {100 * (x['time_share'] or 0):.0f}% of its decode "
+                                "time.")
     ctx = _context(ranks, context)
     ctx.update(engine=engine, api=api)
     live = [e for e in entries if e["gpu_time_measured"] and e["decode_steps"]]
@@ -465,6 +484,7 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         "steady_state": steady_state,
         "pace": pace_,
         "regimes": found,
+        "stalls": {"steps": stall_list, "thresholds": dict(stalls.THRESHOLDS)},
         "coverage": cover,
         "inputs": {"skipped": list(inputs.get("skipped") or [])},
         "sanity": checks,
@@ -594,6 +614,7 @@ def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[f
         "steady_stats": {k: steady.stats(s.get(k) for s in steady_rows) for k in STEP_FIGURES} if decode else {},
         "decomposition": _decomposition(steady_rows) if measured else None,
         "by_batch_size": _by_batch_size(decode),
+        "phases": phases.split(rows),
         "steps": rows,
     }
     entry.update(_legacy_figures(r, decode, measured, "decode"))
@@ -716,12 +737,13 @@ def _allreduce_legacy(entries: list[dict], coll: dict, warnings: list[str]) -> d
         "share_by_rank": {str(e["rank"]): e["allreduce_share"] for e in live},
         "ms_per_step_by_rank": {str(e["rank"]): e["allreduce_ms_per_step"] for e in live},
     })
-    matched = sum(g["calls_all_steps"] for g in coll["groups"])
+    matched = sum(g["calls_decode"] for g in coll["groups"])
     if not matched:
         return out
-    # As before: the mean transfer of the matched calls times each rank's all-reduce calls per
-    # decode step (calls no other rank matched get the matched calls' mean transfer, not zero).
-    per_call = sum(g["transfer_us_total_all_steps"] for g in coll["groups"]) / matched / 1000.0
+    # As before: the mean transfer of the matched calls (of the decode steps: a prefill's larger
+    # all-reduces are no decode step's) times each rank's all-reduce calls per decode step (calls no
+    # other rank matched get the matched calls' mean transfer, not zero).
+    per_call = sum(g["transfer_us_total_decode"] for g in coll["groups"]) / matched / 1000.0
     waits, calls = {}, []
     for e in live:
         dec = [s for s in e["steps"] if s["phase"] == DECODE]
@@ -784,6 +806,10 @@ def _step_warnings(ranks: list[dict], pattern: str, front: list[str], warnings: 
             front.append(msg + ".")
         elif _measured(r) and not any(s["activities"] for s in steps):
             warnings.append(f"{where}: {len(steps)} decode steps found but no GPU activity starts inside them.")
+        if r["set"].get("nested_spans"):
+            warnings.append(f"{where}: {r['set']['nested_spans']} step annotations lie inside another step "
+                            "annotation (two names for one step, as SGLang's step[...] inside execute_...): each "
+                            "step is counted once, as its outer annotation.")
         if r["set"]["overlapping_spans"]:
             warnings.append(f"{where}: {r['set']['overlapping_spans']} step spans overlap the one before; each "
                             "activity is counted in the latest-starting span that holds it.")
