@@ -28,8 +28,9 @@ therefore keeps only what the analysis needs, in compact form:
   span), and capped tables of every annotation name seen;
 * for the activities whose name ``keep_calls`` selects (the all-reduce kernels), the
   collective's arguments NCCL records: element count, dtype and process group;
-* the top-level ``distributedInfo``, ``deviceProperties`` and ``vllm_version`` (vLLM stamps
-  its version into the traces it writes).
+* the top-level ``distributedInfo``, ``deviceProperties``, ``baseTimeNanoseconds`` (the offset
+  that makes a ``ts`` wall-clock time, so that ranks' files can be told to be of one run) and
+  ``vllm_version`` (vLLM stamps its version into the traces it writes).
 
 GPU activities and step annotations with a negative duration cannot be one capture's: both
 parsers drop them and count them (:attr:`TraceData.negative_durations`).
@@ -211,6 +212,8 @@ class TraceData:
     host_waits: list[tuple[float, float]] = field(default_factory=list)  # (ts, dur): host calls that waited
     launch_apis: Counter = field(default_factory=Counter)  # "CUDA" / "HIP" -> launch calls
     vllm_version: str | None = None  # the trace's top-level vllm_version (vLLM stamps it)
+    base_time_ns: int | None = None  # top-level baseTimeNanoseconds: ts + base / 1000 is wall-clock µs
+    nccl_version: str | None = None  # distributedInfo.nccl_version
     # The kept collective calls: activity rows (file order) and, for each, its index into
     # collective_kinds, the distinct (element count, dtype, process group) triples: 12 bytes a call.
     collective_rows: array = field(default_factory=lambda: array("q"))
@@ -527,9 +530,13 @@ class _Builder:
             rank, world = info.get("rank"), info.get("world_size")
             d.rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
             d.world_size = world if isinstance(world, int) and not isinstance(world, bool) else None
+            nccl = info.get("nccl_version")
+            d.nccl_version = nccl if isinstance(nccl, str) else None
             for pg in info.get("pg_config") or []:
                 if isinstance(pg, dict) and isinstance(pg.get("pg_size"), int):
                     d.process_groups[str(pg.get("pg_name"))] = pg["pg_size"]
+        base = _top_level_value(stream, "baseTimeNanoseconds")
+        d.base_time_ns = base if isinstance(base, int) and not isinstance(base, bool) else None
         version = _top_level_value(stream, "vllm_version")
         d.vllm_version = version if isinstance(version, str) else None
         props = _top_level_value(stream, "deviceProperties")

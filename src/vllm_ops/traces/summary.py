@@ -40,6 +40,10 @@ left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdic
 * ``inputs``: ``skipped``, the files a directory held that were not read, each with why
   (:func:`.reader.find_rank_traces`; a file from a directory of rank traces with neither a rank
   in its name nor ``distributedInfo`` is skipped after it was read).
+* Before any figure is set across ranks (and where :mod:`.sanity` found no impossible step),
+  :mod:`.runs` checks that the files belong to one run
+  (time ranges, world size, NCCL version, all-reduce calls and sizes a decode step, periods), and
+  refuses them otherwise (:class:`TraceInputError` naming the files).
 * ``sanity``: :mod:`.sanity`'s checks (negative durations, repeated ids and the pairing used,
   impossible steps, and ``refused``, the reason the verdict is withheld).
 * ``ledger``: where a checkpoint is given (its directory, its record, or a JSON file of it), the
@@ -85,7 +89,7 @@ import numpy as np
 from .. import fabric as fabric_mod
 from .. import ledger as ledger_mod
 from ..allreduce import floor
-from . import collectives, coverage, findings, pace, phases, regimes, sanity, stalls, steady, timeline, verdict
+from . import collectives, coverage, findings, pace, phases, regimes, runs, sanity, stalls, steady, timeline, verdict
 from .annotations import DECODE, MIXED, PREFILL, StepMatcher
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
 from .errors import TraceInputError
@@ -251,8 +255,10 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
         "graph_launches": len(data.graph_launches),
         "graph_launches_without_activity": data.graph_launches_without_activity,
         "process_groups": data.process_groups, "timeline": timeline.trace_timeline(data),
-        "categories": classifier.categories, "sets": {},
+        "categories": classifier.categories, "sets": {}, "nccl_version": data.nccl_version,
+        "base_time_ns": data.base_time_ns,
     }
+    out["time_range_us"] = _time_range(data, out["timeline"])
     launch_ts = timeline.launch_times(data)
     try:
         _summarize_sets(data, classifier, top, launch_ts, out)
@@ -291,6 +297,17 @@ def _summarize_sets(data: TraceData, classifier: Classifier, top: int, launch_ts
         out["sets"][key] = {"steps_from": rows.steps_from, "steps": table, "calls": calls, "top": per_phase,
                             "overlapping_spans": _overlaps(rows.spans), "pairing": rows.pairing,
                             "repeated_ids": rows.repeated_ids, "nested_spans": max(nested_gpu, nested_cpu)}
+
+
+def _time_range(data: TraceData, tl: dict | None) -> list[float] | None:
+    """``[first, last]`` µs of the trace's GPU activities and step annotations, in its own ``ts``
+    (null when it has neither); the timeline's ``first_us``/``last_us`` are moved here."""
+    ends = [(s.ts, s.ts + s.dur) for s in data.gpu_spans + data.cpu_spans]
+    if tl is not None:
+        ends.append((tl.pop("first_us"), tl.pop("last_us")))
+    if not ends:
+        return None
+    return [min(a for a, _ in ends), max(b for _, b in ends)]
 
 
 def _overlaps(spans) -> int:
@@ -374,6 +391,8 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
                             f"{r['activities_without_launch']} of {r['activities']} GPU activities have no launch "
                             "call with their correlation in the trace, so they could not be attributed to a step.")
     checks = sanity.check(ranks)
+    if not checks["refused"]:  # impossible figures say the trace is damaged: no run to compare
+        runs.check(ranks)  # files of different runs get no figure set across ranks
     _sanity_warnings(ranks, checks, warnings)
     _step_warnings(ranks, decode_used, front, warnings)
     measured = [r for r in ranks if _measured(r) and r["decode"]]

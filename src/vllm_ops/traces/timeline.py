@@ -603,6 +603,7 @@ def kernel_totals(data: TraceData, rows: StepRows, steps: np.ndarray) -> tuple[n
 def trace_timeline(data: TraceData) -> dict | None:
     """The whole trace's GPU timeline: first activity start to last end (``span_ms``), the
     union of every activity (``busy_ms``) and the rest (``idle_ms``); None without activities.
+    ``first_us`` and ``last_us``: that first start and last end, in the trace's ``ts`` (µs).
 
     The activities come sorted by start in batches (:func:`.spill.sorted_batches`); each batch
     carries the latest end so far into the next, and the idle gaps go to disk to be summed as
@@ -630,7 +631,8 @@ def trace_timeline(data: TraceData) -> dict | None:
     finally:
         gaps.close()
     return {"span_ms": _ms(span), "busy_ms": _ms(span - idle), "idle_ms": _ms(idle),
-            "idle_share": round(idle / span, 4) if span > 0 else None}
+            "idle_share": round(idle / span, 4) if span > 0 else None,
+            "first_us": float(first), "last_us": float(last)}
 
 
 def _ms(us) -> float | None:
