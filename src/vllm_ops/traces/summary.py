@@ -92,8 +92,8 @@ from ..allreduce import floor
 from . import collectives, coverage, findings, pace, phases, regimes, runs, sanity, stalls, steady, timeline, verdict
 from .annotations import DECODE, MIXED, PREFILL, StepMatcher
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
-from .errors import TraceInputError
-from .reader import TraceData, file_id, find_rank_traces, rank_from_filename, read_trace
+from .errors import NotATraceError, TraceInputError
+from .reader import OWN_OUTPUT, TraceData, file_id, find_rank_traces, rank_from_filename, read_trace
 
 # The decode steps the default finds (vLLM's native and detailed names, SGLang's), as one regex, for
 # the record and the help text; the families in .annotations decide.
@@ -168,14 +168,19 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
     ranks: list[dict] = []
     errors: list[str] = []
     unreadable: list[str] = []
+    given = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    named = {p for p in given if not os.path.isdir(p)}
     for (ok, value), path in zip(results, files, strict=True):
-        if ok and path in to_prove and value["rank"] is None:
+        if not ok and isinstance(value, NotATrace) and path not in named:
+            skipped.append({"file": path, "why": "not a Chrome trace (no traceEvents array): another JSON file in "
+                                                 "the directory"})
+        elif ok and path in to_prove and value["rank"] is None:
             skipped.append({"file": path, "why": "no rank in its name and no distributedInfo: an engine or "
                                                  "front-end trace, not a rank's"})
         elif ok:
             ranks.append(value)
         else:
-            errors.append(value)
+            errors.append(str(value))
             unreadable.append(path)
     if errors and not keep_going:
         raise TraceInputError(errors[0] + ("" if len(errors) == 1 else f" (and {len(errors) - 1} more bad files)"))
@@ -184,10 +189,9 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
     if not ranks:
         raise TraceInputError(f"{errors[0]} (no readable trace left)")
     warnings.extend(f"skipped {e}" for e in errors)
-    warnings.extend(f"skipped {x['file']}: {x['why']}." for x in skipped if "trace" in x["why"] and
-                    not x["why"].startswith("not a rank trace"))
-    inputs = {"paths": [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)],
-              "skipped": skipped, "unreadable": unreadable}
+    # every file a directory held and the summary did not read is said, but the summary's own output
+    warnings.extend(f"skipped {x['file']}: {x['why']}." for x in skipped if x["why"] != OWN_OUTPUT)
+    inputs = {"paths": given, "skipped": skipped, "unreadable": unreadable}
     return _combine(ranks, decode_pattern, prefill_pattern, dict(context or {}), warnings, measured_floor, inputs,
                     {"checkpoint": record, "tokens": tokens, "key_tokens": key_tokens,
                      "allreduce_floor": allreduce_floor}, pcie)
@@ -221,6 +225,10 @@ def _cpu_count() -> int:
 
 # --------------------------------------------------------------------------- per rank
 
+class NotATrace(str):
+    """A worker's message for a file that is no Chrome trace at all (:class:`.errors.NotATraceError`)."""
+
+
 def _rank_worker(task) -> tuple[bool, object]:
     """Runs in a worker process: read one file and reduce it to the rank's steps and calls."""
     path, decode_pattern, prefill_pattern, rules, top, parser = task
@@ -229,6 +237,8 @@ def _rank_worker(task) -> tuple[bool, object]:
         with read_trace(path, StepMatcher(decode_pattern, prefill_pattern), parser=parser,
                         keep_calls=allreduce_calls(classifier)) as data:
             return True, summarize_rank(data, classifier, top)
+    except NotATraceError as exc:
+        return False, NotATrace(str(exc))
     except TraceInputError as exc:
         return False, str(exc)
     except OSError as exc:  # the per-step analysis' tables on disk (the reader's own are reported above)
