@@ -465,6 +465,7 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
                                 "time.")
     ctx = _context(ranks, context)
     ctx.update(engine=engine, api=api)
+    _check_tp(context.get("tensor_parallel_size"), world, warnings)
     live = [e for e in entries if e["gpu_time_measured"] and e["decode_steps"]]
     steady_rows = {e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE and s["steady"]] for e in live}
     pace_ = _pace(steady_rows, not cover["complete"])
@@ -538,6 +539,10 @@ def _ledger(entries: list[dict], coll: Mapping, ctx: Mapping, world: int | None,
     weights allow (the checkpoint, the TP size or the bandwidth does not fit the run)."""
     if args.get("checkpoint") is None:
         return None
+    if ctx.get("tensor_parallel_size") is None:
+        raise TraceInputError("the decode ledger (checkpoint) needs the tensor-parallel size, and the traces give "
+                              "none (no distributedInfo world_size): give it (context tensor_parallel_size; "
+                              "--tensor-parallel-size N on the command line)")
     partial = {"ranks": entries, "collectives": coll, "context": ctx, "world_size": world}
     out = ledger_mod.decode_ledger(partial, args["checkpoint"], allreduce_floor=args.get("allreduce_floor"),
                                    tokens=args.get("tokens"), key_tokens=args.get("key_tokens"))
@@ -593,6 +598,23 @@ def _sanity_warnings(ranks: list[dict], checks: Mapping, warnings: list[str]) ->
                                "gpu_user_annotation" else "the steps come from the CPU annotations alone."))
     if checks["refused"]:
         warnings.append(checks["refused"][0].upper() + checks["refused"][1:] + ".")
+
+
+def _check_tp(given: object, world: int | None, warnings: list[str]) -> None:
+    """A tensor-parallel size given beside the traces' world size: refused where it cannot hold
+    (larger than the world size, or not dividing it), said where it differs (pipeline or data
+    parallel ranks make the world larger than the group)."""
+    if given is None or world is None:
+        return
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        raise TraceInputError(f"tensor_parallel_size must be a positive integer, got {given!r}")
+    if given > world or world % given:
+        raise TraceInputError(f"tensor_parallel_size {given} contradicts the traces: their distributedInfo gives a "
+                              f"world size of {world}, which a tensor-parallel group of {given} cannot fill; give "
+                              "the server's own size, or none (the traces' world size is then used)")
+    if given != world:
+        warnings.append(f"tensor-parallel size {given} given, the traces' world size is {world}: taken as given "
+                        "(pipeline or data parallel ranks?).")
 
 
 def _context(ranks: list[dict], given: dict) -> dict:

@@ -103,3 +103,61 @@ def test_every_file_a_directory_of_rank_traces_skips_is_said(tmp_path, write_tra
     other = write_trace("worker.json.gz", _events(ev), directory=d)
     s = summarize([str(d)])
     assert any(w.startswith(f"skipped {other}: not a rank trace") for w in s["warnings"])
+
+
+# ------------------------------------------------------------------ the command's options
+
+def _one_trace(tmp_path, ev, info=True):
+    doc = {"traceEvents": _events(ev)}
+    if info:
+        doc["distributedInfo"] = {"rank": 0, "world_size": 2}
+    return _write(tmp_path / "tp2_rank0.pt.trace.json.gz", doc)
+
+
+@pytest.mark.parametrize(("argv", "flag"), [(["--top", "-1"], "--top"), (["--jobs", "0"], "--jobs"),
+                                            (["--tokens", "-3"], "--tokens"), (["--key-tokens", "-1"], "--key-tokens"),
+                                            (["--tensor-parallel-size", "0"], "--tensor-parallel-size")])
+def test_a_bad_option_is_named_by_its_flag(tmp_path, ev, capsys, argv, flag):
+    path = _one_trace(tmp_path, ev)
+    assert main([path, *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vllm-trace-summary: error: {flag} must be at least ")
+    assert ": top must" not in err and ": jobs must" not in err  # the library's parameter names
+
+
+def test_a_checkpoint_without_a_tensor_parallel_size_names_the_flag(tmp_path, ev, capsys):
+    path = _one_trace(tmp_path, ev, info=False)
+    record = _write(tmp_path / "checkpoint.json", {"tool": "x"}, gz=False)
+    assert main([path, "--checkpoint", record]) == 2  # a bad record is refused first
+    capsys.readouterr()
+    from vllm_ops import checkpoint as ckpt
+
+    good = _write(tmp_path / "record.json", {"tool": ckpt.TOOL, "schema": ckpt.SCHEMA, "error": "not read"}, gz=False)
+    assert main([path, "--checkpoint", good]) == 2
+    err = capsys.readouterr().err
+    assert "--tensor-parallel-size N" in err and "got None" not in err
+    assert main([path, "--checkpoint", good, "--tensor-parallel-size", "1"]) == 0
+
+
+def test_a_missing_checkpoint_is_said_to_be_missing(tmp_path, ev, capsys):
+    path = _one_trace(tmp_path, ev)
+    assert main([path, "--checkpoint", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "no such file or directory" in err and "not a directory" not in err
+
+
+def test_a_tensor_parallel_size_the_traces_contradict_is_refused(tmp_path, ev, capsys):
+    path = _one_trace(tmp_path, ev)  # world size 2
+    assert main([path, "--tensor-parallel-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vllm-trace-summary: error: --tensor-parallel-size 4 contradicts the traces")
+    with pytest.raises(TraceInputError, match="world size of 2"):
+        summarize([path], context={"tensor_parallel_size": 3})
+    s = summarize([path], context={"tensor_parallel_size": 1})
+    assert any(w.startswith("tensor-parallel size 1 given, the traces' world size is 2") for w in s["warnings"])
+
+
+def test_the_help_says_where_the_tensor_parallel_size_comes_from(capsys):
+    assert main(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "a trace without one gives none, and --checkpoint then needs this" in out
