@@ -152,7 +152,8 @@ def _phases_part(summary: Mapping, rank) -> str:
         f = (r.get("phases") or {}).get(phase)
         if not f:
             continue
-        what = [f"{_ms(f['period_ms'])} ms each"] if f.get("period_ms") is not None else []
+        each = " each" if f["steps"] != 1 else ""
+        what = [f"{_ms(f['period_ms'])} ms{each}"] if f.get("period_ms") is not None else []
         if f.get("decode_token_share") is not None:
             what.append(f"decode {100 * f['decode_token_share']:.0f}% of their tokens")
         if f.get("time_share") is not None:
