@@ -53,6 +53,9 @@ def load_checkpoint(source: str | os.PathLike | Mapping) -> dict:
         check_record(source)
         return dict(source)
     path = os.fspath(source)
+    if not os.path.exists(path):
+        raise LedgerInputError(f"{path}: no such file or directory (give the model's directory or a JSON file of "
+                               "its checkpoint record)")
     if os.path.isfile(path):
         return _record_file(path)
     try:

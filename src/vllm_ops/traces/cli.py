@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import stat
 import sys
 
@@ -27,6 +28,11 @@ from .summary import (
 from .topology import parse_topology
 
 PROG = "vllm-trace-summary"
+
+
+# The integer options and the least each takes, checked here so that a bad value's message names the flag.
+_LEAST = (("top", "--top", 0), ("jobs", "--jobs", 1), ("tensor_parallel_size", "--tensor-parallel-size", 1),
+          ("tokens", "--tokens", 0), ("key_tokens", "--key-tokens", 0))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interconnect", choices=("nvlink", "pcie", "mixed"),
                    help="the interconnect between the GPUs, instead of --topology")
     p.add_argument("--tensor-parallel-size", type=int, metavar="N",
-                   help="the server's tensor-parallel size, for the advisor (default: the traces' world size)")
+                   help="the server's tensor-parallel size, for the advisor and the decode ledger (default: the "
+                        "traces' world size, from their distributedInfo; a trace without one gives none, and "
+                        "--checkpoint then needs this); refused where it cannot divide that world size")
     p.add_argument("--allreduce-floor", metavar="FILE",
                    help="the host's all-reduce floor (allreduce_bench.py's JSON), set beside each collective's "
                         "transfer and used by the verdict")
@@ -97,7 +105,10 @@ def _output_file() -> list[tuple[int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a bad option (argparse named its flag on stderr: 2), or --help (0)
+        return exc.code if isinstance(exc.code, int) else 2
     if args.list_categories:
         for rule in DEFAULT_RULES:
             print(f"{rule.category:12s} {rule.pattern}\n{'':12s} {rule.note}")
@@ -121,11 +132,12 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
     if args.interconnect:
         context["interconnect"] = args.interconnect
-    if args.tensor_parallel_size is not None:
-        if args.tensor_parallel_size < 1:
-            print(f"{PROG}: error: --tensor-parallel-size must be at least 1, got {args.tensor_parallel_size}",
-                  file=sys.stderr)
+    for attr, flag, least in _LEAST:
+        value = getattr(args, attr)
+        if value is not None and value < least:
+            print(f"{PROG}: error: {flag} must be at least {least}, got {value}", file=sys.stderr)
             return 2
+    if args.tensor_parallel_size is not None:
         context["tensor_parallel_size"] = args.tensor_parallel_size
     try:
         summary = summarize(
@@ -135,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint=args.checkpoint, tokens=args.tokens, key_tokens=args.key_tokens,
         )
     except VllmOpsError as exc:  # a trace's, the all-reduce floor's (vllm_ops.allreduce), the checkpoint's
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {_flags(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -149,6 +161,18 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         pass
     return 0
+
+
+# The library's parameter names, as the command's flags (its messages name the parameter).
+_FLAG_OF = {"tensor_parallel_size": "--tensor-parallel-size", "key_tokens": "--key-tokens", "tokens": "--tokens",
+            "top": "--top", "jobs": "--jobs", "decode_pattern": "--decode-pattern",
+            "prefill_pattern": "--prefill-pattern"}
+_PARAM = re.compile(r"^(" + "|".join(sorted(_FLAG_OF, key=len, reverse=True)) + r")\b(?= must| \d+ contradicts|:)")
+
+
+def _flags(message: str) -> str:
+    """A library message that starts with a parameter's name, starting with its flag instead."""
+    return _PARAM.sub(lambda m: _FLAG_OF[m.group(1)], message)
 
 
 if __name__ == "__main__":

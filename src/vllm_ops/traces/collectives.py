@@ -2,6 +2,13 @@
 
 Definitions:
 
+* **Which calls a group's figures cover** (``over``): the calls of the steady decode steps
+  (``steady decode steps``; in the first rank's step indices); where the caller gives no steady
+  steps, or none of the group's calls falls in one, the calls of the decode steps (``decode
+  steps``); only where no call falls in a decode step, every call (``every step``). A prefill's
+  all-reduces (larger messages, more of them) are thus never counted as a decode step's.
+  ``calls_decode`` and ``transfer_us_total_decode``: the matched calls in decode steps, and their
+  transfer summed (every matched call where the caller gives no decode steps).
 * **Matching.** Calls are grouped by process group (NCCL's ``Process Group Name`` kernel
   argument; calls without one, such as vLLM's custom all-reduce, form one unnamed group)
   and matched by call order: the k-th call of a group on every rank is one collective.
@@ -48,13 +55,16 @@ DTYPE_BYTES = {
 }
 
 
-def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int], steady: set[int] | None,
-          warnings: list[str]) -> dict:
+def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int],
+          steady: set[int] | Mapping[int, set[int]] | None, warnings: list[str],
+          decode: Mapping[int, set[int]] | None = None) -> dict:
     """Match the all-reduce calls of every rank (``timeline.allreduce_calls`` dicts, by rank).
 
     Returns ``{groups: [...], by_rank: {rank: {...}}, straggler, per_step: {rank: {step:
     (transfer_us, wait_us)}}}``; ``steady`` (step indices) restricts the group and rank
-    figures to those steps' collectives (None: every step).
+    figures to those steps' collectives, as one set (ranks in lockstep) or per rank; ``decode``
+    (per rank, step indices) names the decode steps (None: every step is one). See ``over`` in the
+    module docstring.
     """
     ranks = sorted(calls_by_rank)
     out = {"groups": [], "by_rank": {}, "straggler": None, "per_step": {r: {} for r in ranks}}
@@ -107,9 +117,17 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int], 
             for s_, t_, w_ in zip(steps_j.tolist(), t_sum.tolist(), w_sum.tolist(), strict=True):
                 a, b = ps.get(s_, (0.0, 0.0))
                 ps[s_] = (a + t_, b + w_)
-        keep = np.ones(n_match, bool) if steady is None else np.isin(step[0], list(steady))
+        ref = present[0]
+        steady_ref = steady.get(ref) if isinstance(steady, Mapping) else steady
+        in_decode = (np.isin(step[0], list(decode.get(ref) or ())) if decode is not None
+                     else np.ones(n_match, bool))
+        keep, over = np.zeros(n_match, bool), "steady decode steps"
+        if steady_ref is not None:
+            keep = np.isin(step[0], list(steady_ref)) & in_decode
         if not keep.any():
-            keep = np.ones(n_match, bool)
+            keep, over = in_decode.copy(), "decode steps"
+        if not keep.any():
+            keep, over = np.ones(n_match, bool), "every step"
         first = calls_by_rank[present[0]]
         nelems = [first["nelems"][i] for i in per_rank[present[0]][:n_match].tolist()]
         dtypes = [first["dtype"][i] for i in per_rank[present[0]][:n_match].tolist()]
@@ -129,6 +147,9 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int], 
             "size": size,
             "calls": int(keep.sum()),
             "calls_all_steps": n_match,
+            "over": over,
+            "calls_decode": int(in_decode.sum()),
+            "transfer_us_total_decode": float(transfer[in_decode].sum()),
             "calls_per_step": round(float(keep.sum()) / steps_in, 3) if steps_in else None,
             "dtype": _mode(dtypes),
             "message_bytes": _stats(b_k),

@@ -28,8 +28,9 @@ therefore keeps only what the analysis needs, in compact form:
   span), and capped tables of every annotation name seen;
 * for the activities whose name ``keep_calls`` selects (the all-reduce kernels), the
   collective's arguments NCCL records: element count, dtype and process group;
-* the top-level ``distributedInfo``, ``deviceProperties`` and ``vllm_version`` (vLLM stamps
-  its version into the traces it writes).
+* the top-level ``distributedInfo``, ``deviceProperties``, ``baseTimeNanoseconds`` (the offset
+  that makes a ``ts`` wall-clock time, so that ranks' files can be told to be of one run) and
+  ``vllm_version`` (vLLM stamps its version into the traces it writes).
 
 GPU activities and step annotations with a negative duration cannot be one capture's: both
 parsers drop them and count them (:attr:`TraceData.negative_durations`).
@@ -60,7 +61,14 @@ Two parsers share one result type:
   (from the start, with fresh spills). It checks the document's outline (starts with
   ``{``, ends with ``}``) but not the syntax of events it skips.
 * the *general* path parses any valid JSON with ijson (yajl2_c backend) and validates
-  the whole document.
+  the whole document. It reads both forms of the Chrome trace format: the object with a
+  ``traceEvents`` array, and a bare array of events (the "JSON Array Format").
+
+What is no trace is refused with what was found (:class:`TraceInputError`): an empty capture (no
+event at all, or only metadata events: the profiler wrote nothing, a known vLLM issue when the
+profiler is started and stopped more than once in one server process), and a ``traceEvents``
+that is not an array. A document with neither ``traceEvents`` nor a top-level array is no
+Chrome trace at all (:class:`.errors.NotATraceError`, which a directory's reading skips).
 """
 
 from __future__ import annotations
@@ -82,12 +90,13 @@ import numpy as np
 from isal import igzip, isal_zlib
 
 from .annotations import StepMatcher, StepName
-from .errors import TraceInputError
+from .errors import NotATraceError, TraceInputError
 from .spill import Table, zip_chunks
 
 GPU_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 TRACE_SUFFIXES = (".json", ".json.gz")
 RANK_TRACE_SUFFIXES = (".pt.trace.json", ".pt.trace.json.gz")
+OWN_OUTPUT = "the file this summary is written to"  # why a directory's file is skipped, said in no warning
 # vLLM's API server writes its own CPU-only trace, <host>_<pid>.async_llm.<ns>.pt.trace.json.gz.
 FRONTEND_TRACE = re.compile(r"\.async_llm\.")
 # 1 MiB of text at a time: its regex pass holds every event of the chunk as Python objects (about
@@ -211,6 +220,8 @@ class TraceData:
     host_waits: list[tuple[float, float]] = field(default_factory=list)  # (ts, dur): host calls that waited
     launch_apis: Counter = field(default_factory=Counter)  # "CUDA" / "HIP" -> launch calls
     vllm_version: str | None = None  # the trace's top-level vllm_version (vLLM stamps it)
+    base_time_ns: int | None = None  # top-level baseTimeNanoseconds: ts + base / 1000 is wall-clock µs
+    nccl_version: str | None = None  # distributedInfo.nccl_version
     # The kept collective calls: activity rows (file order) and, for each, its index into
     # collective_kinds, the distinct (element count, dtype, process group) triples: 12 bytes a call.
     collective_rows: array = field(default_factory=lambda: array("q"))
@@ -322,7 +333,7 @@ def find_rank_traces(paths: list[str] | str, exclude: frozenset = frozenset()) -
                 if f.endswith(TRACE_SUFFIXES) and os.path.isfile(os.path.join(p, f))
             )
             mine = [f for f in found if file_id(f) in exclude]
-            skipped += [{"file": f, "why": "the file this summary is written to"} for f in mine]
+            skipped += [{"file": f, "why": OWN_OUTPUT} for f in mine]
             found = [f for f in found if f not in mine]
             if not found:
                 raise TraceInputError(f"{p}: directory holds no trace files (*.json, *.json.gz)")
@@ -370,6 +381,7 @@ class _Stream:
         self._recent: list[bytes] = []
         self._recent_len = 0
         self.total = 0
+        self._pending: list[bytes] = []  # read ahead by first_byte, returned by read first
         try:
             with open(path, "rb") as probe:
                 magic = probe.read(2)
@@ -389,9 +401,22 @@ class _Stream:
     def __exit__(self, *exc):
         self._fh.close()
 
+    def first_byte(self) -> bytes:
+        """The document's first non-blank byte (b"" for none), read ahead and kept for ``read``."""
+        while True:
+            data = self.read()
+            if not data:
+                return b""
+            self._pending.append(data)
+            text = data.lstrip()
+            if text:
+                return text[:1]
+
     def read(self, size: int | None = None) -> bytes:
         if size == 0:  # ijson probes with read(0) for the type of data
             return b""
+        if self._pending:
+            return self._pending.pop(0)
         try:
             data = self._fh.read(size if size and size > 0 else CHUNK)
         except EOFError:
@@ -527,9 +552,13 @@ class _Builder:
             rank, world = info.get("rank"), info.get("world_size")
             d.rank = rank if isinstance(rank, int) and not isinstance(rank, bool) else None
             d.world_size = world if isinstance(world, int) and not isinstance(world, bool) else None
+            nccl = info.get("nccl_version")
+            d.nccl_version = nccl if isinstance(nccl, str) else None
             for pg in info.get("pg_config") or []:
                 if isinstance(pg, dict) and isinstance(pg.get("pg_size"), int):
                     d.process_groups[str(pg.get("pg_name"))] = pg["pg_size"]
+        base = _top_level_value(stream, "baseTimeNanoseconds")
+        d.base_time_ns = base if isinstance(base, int) and not isinstance(base, bool) else None
         version = _top_level_value(stream, "vllm_version")
         d.vllm_version = version if isinstance(version, str) else None
         props = _top_level_value(stream, "deviceProperties")
@@ -609,6 +638,10 @@ def _fast_pieces(stream: _Stream):
 def _fast_scan(stream: _Stream, b: _Builder) -> None:
     for layout, piece in _fast_pieces(stream):
         _fast_piece(piece, b, layout)
+    d = b.data
+    if not (d.activities or d.kernels or d.gpu_annotation_names or d.cpu_annotation_names or d.launch_apis
+            or d.host_waits):
+        raise _LayoutMismatch("nothing the summary reads: the general parser says what the file holds")
 
 
 _ACTIVITY, _SPAN_GPU, _SPAN_CPU, _LAUNCH_CALL = 0, 1, 2, 3
@@ -716,13 +749,26 @@ def _collective(args: bytes) -> tuple[int | None, str | None, str | None]:
             _decode_json_string(group.group(1)) if group else None)
 
 
-def _general_events(stream: _Stream):
-    """Every item of traceEvents (any JSON layout), with bad input as TraceInputError."""
+# What the general parser found of the document's outline (see _general_events).
+_EMPTY_CAPTURE = ("the profiler wrote no events{what}: a known vLLM issue when the profiler is started and stopped "
+                  "more than once in one server process; restart the server (or its profiling variant) and capture "
+                  "again")
+
+
+def _general_events(stream: _Stream, counts: dict | None = None):
+    """Every item of traceEvents, or of a bare top-level array of events (any JSON layout), with
+    bad input as TraceInputError; ``counts["events"]`` and ``["metadata"]`` (``ph: M``) are kept."""
     path = stream.path
+    counts = counts if counts is not None else {}
+    counts.update(events=0, metadata=0)
     n = 0
+    first = stream.first_byte()
+    prefix = "item" if first == b"[" else "traceEvents.item"
     try:
-        for ev in ijson.items(stream, "traceEvents.item", use_float=True, buf_size=1 << 20):
+        for ev in ijson.items(stream, prefix, use_float=True, buf_size=1 << 20):
             n += 1
+            if isinstance(ev, dict) and ev.get("ph") == "M":
+                counts["metadata"] += 1
             yield ev
     except ijson.common.IncompleteJSONError as exc:
         if stream.total == 0:
@@ -732,8 +778,39 @@ def _general_events(stream: _Stream):
         raise TraceInputError(f"{path}: {kind}: {msg[:200]}") from None
     except ijson.common.JSONError as exc:
         raise TraceInputError(f"{path}: invalid JSON: {' '.join(str(exc).split())[:200]}") from None
-    if n == 0 and b'"traceEvents"' not in stream.head and b'"traceEvents"' not in stream.tail:
-        raise TraceInputError(f"{path}: no traceEvents array: not a torch.profiler/Chrome trace")
+    counts["events"] = n
+    if n == 0 and first == b"[":
+        raise TraceInputError(f"{path}: {_EMPTY_CAPTURE.format(what=' (an empty array of events)')}")
+    if n == 0:
+        kind = _events_type(path)
+        if kind is None:
+            raise NotATraceError(f"{path}: no traceEvents array (and no top-level array of events): not a "
+                                 "torch.profiler/Chrome trace")
+        if kind == "start_array":
+            raise TraceInputError(f"{path}: {_EMPTY_CAPTURE.format(what=' (traceEvents is an empty array)')}")
+        raise TraceInputError(f"{path}: traceEvents is {_JSON_KIND.get(kind, kind)}, not an array of events: not a "
+                              "Chrome trace, or a damaged one; capture it again")
+    if n == counts["metadata"]:
+        raise TraceInputError(f"{path}: " + _EMPTY_CAPTURE.format(
+            what=f" but {n} metadata events (process and thread names), no activity or annotation"))
+
+
+_JSON_KIND = {"start_map": "an object", "string": "a string", "number": "a number", "boolean": "a boolean",
+              "null": "null"}
+
+
+def _events_type(path: str) -> str | None:
+    """The ijson event that opens the document's top-level ``traceEvents`` value (``start_array``,
+    ``start_map``, ``number``...), None where the document has none. Read only for a document in
+    which no event was found, so its cost does not matter."""
+    with _Stream(path) as stream:
+        try:
+            for prefix, event, _value in ijson.parse(stream, use_float=True):
+                if prefix == "traceEvents" and event != "map_key":
+                    return event
+        except ijson.common.JSONError:
+            return None
+    return None
 
 
 def _x_event(ev: dict):
@@ -748,7 +825,7 @@ def _general_scan(stream: _Stream, b: _Builder) -> None:
     d = b.data
     pack, write = _SPILL.pack, b.spill.write
     pack_launch, write_launch = _LAUNCH.pack, b.launch_spill.write
-    for ev in _general_events(stream):
+    for ev in _general_events(stream, {}):
         if not isinstance(ev, dict):
             d.bad_events += 1
             continue

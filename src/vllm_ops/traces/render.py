@@ -39,6 +39,8 @@ def to_markdown(summary: Mapping) -> str:
     out.extend(_decomposition(measured))
     out.extend(_ledger(summary))
     out.extend(_steady(summary, measured))
+    out.extend(_phases(measured))
+    out.extend(_stalls(summary))
     out.extend(_collectives(summary))
     out.extend(_by_batch_size(measured))
     out.extend(_steps(measured))
@@ -102,6 +104,7 @@ def verdict_sentence(summary: Mapping) -> str:
         return f"{words}: " + "; ".join(_partial_parts(v, summary))
     if kind in (None, "inconclusive") or not ev.get("period_ms"):
         return words + _regimes_part(summary)
+    beside_decode = _phases_part(summary, ev.get("rank")) + _stalls_part(summary)
     period = ev["period_ms"]
     host, gpu = ev.get("host_ms_per_step"), ev.get("gpu_ms_per_step")
     if ev.get("steady") is False and ev.get("predicted_period_ms"):
@@ -131,7 +134,48 @@ def verdict_sentence(summary: Mapping) -> str:
     if kind == "compute-bound" and ev.get("top_category"):
         parts.append(f"{ev['top_category']} {_ms(ev['top_category_ms'])} ms")
     parts += _ledger_parts(ev, kind)
-    return f"{words}: " + "; ".join(parts) + _regimes_part(summary)
+    return f"{words}: " + "; ".join(parts) + beside_decode + _regimes_part(summary)
+
+
+_PHASE_WORDS = {"prefill": "prefill", "mixed": "mixed"}
+
+
+def _phases_part(summary: Mapping, rank) -> str:
+    """The steps beside the decode steps, each phase its own figure (the verdict's rank's, else the
+    first rank's ``phases``): ``; beside them 3 prefill steps (6.78 ms each, 46% of the step time)``."""
+    ranks = [r for r in summary.get("ranks") or [] if r.get("phases")]
+    r = next((x for x in ranks if str(x.get("rank")) == str(rank)), ranks[0] if ranks else None)
+    if r is None:
+        return ""
+    bits = []
+    for phase, word in _PHASE_WORDS.items():
+        f = (r.get("phases") or {}).get(phase)
+        if not f:
+            continue
+        each = " each" if f["steps"] != 1 else ""
+        what = [f"{_ms(f['period_ms'])} ms{each}"] if f.get("period_ms") is not None else []
+        if f.get("decode_token_share") is not None:
+            what.append(f"decode {100 * f['decode_token_share']:.0f}% of their tokens")
+        if f.get("time_share") is not None:
+            what.append(f"{100 * f['time_share']:.0f}% of the step time")
+        bits.append(f"{f['steps']} {word} step{'s' if f['steps'] != 1 else ''}"
+                    + (f" ({', '.join(what)})" if what else ""))
+    return f"; beside them {' and '.join(bits)}" if bits else ""
+
+
+def _stalls_part(summary: Mapping) -> str:
+    """The host stalls (:mod:`.stalls`), the largest named: ``; a host stall in decode step 3: 53.2 ms
+    outside its GPU window (70% of the decode time)``."""
+    found = (summary.get("stalls") or {}).get("steps") or []
+    if not found:
+        return ""
+    top = max(found, key=lambda x: (x.get("time_share") or 0, x["host_ms"]))
+    steps = sorted({x["index"] for x in found})
+    share = f" ({100 * top['time_share']:.0f}% of the decode time)" if top.get("time_share") is not None else ""
+    head = "a host stall" if len(steps) == 1 else f"{len(steps)} host stalls, the largest"
+    return (f"; {head} in decode step {top['index']}: {_ms(top['host_ms'])} ms outside its GPU window, "
+            + (f"{top['ratio']:.0f}x the median" if top.get("ratio") is not None else "far above the median")
+            + share)
 
 
 FLOOR_WORDS = {"weights": "weight", "kv_cache": "KV-cache", "allreduce": "all-reduce"}
@@ -418,6 +462,39 @@ def _steady(summary: Mapping, ranks: list) -> list[str]:
     return [*out, "", "Means over every decode step, then over the steady ones (their median in brackets).", ""]
 
 
+def _phases(ranks: list) -> list[str]:
+    """Each phase's steps on each rank, its own figure (``phases``), where a rank has steps of
+    another phase than decode."""
+    if not any(set(r.get("phases") or {}) - {"decode"} for r in ranks):
+        return []
+    out = ["## Steps by phase", "",
+           "Each step's period ends where the next step of any phase begins, so the phases share the profiled time "
+           "and no decode figure holds a prefill's work (medians, ms).", "",
+           "| rank | phase | steps | time share | period | window | busy | all-reduce calls | decode share of tokens |",
+           "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in ranks:
+        for phase, f in (r.get("phases") or {}).items():
+            out.append(f"| {r.get('rank')} | {phase} | {f['steps']} | {_pct(f.get('time_share'))} "
+                       f"| {_num(f.get('period_ms'))} | {_num(f.get('window_ms'))} | {_num(f.get('busy_ms'))} "
+                       f"| {_num(f.get('allreduce_calls'), 0)} | {_pct(f.get('decode_token_share'))} |")
+    return [*out, ""]
+
+
+def _stalls(summary: Mapping) -> list[str]:
+    """The host stalls (``stalls``), one line each."""
+    st = summary.get("stalls") or {}
+    found = st.get("steps") or []
+    if not found:
+        return []
+    th = st.get("thresholds") or {}
+    out = ["## Host stalls", "",
+           f"Decode steps whose host time outside the GPU window is at least {th.get('stall_rel')}x the rank's median "
+           f"host time and at least {th.get('stall_periods')} median periods:", ""]
+    out += [f"- rank {x['rank']} step {x['index']}: {_num(x['host_ms'])} ms ({x['ratio']}x the median "
+            f"{_num(x['median_host_ms'])} ms), {_pct(x.get('time_share'))} of the rank's decode time" for x in found]
+    return [*out, ""]
+
+
 def _collectives(summary: Mapping) -> list[str]:
     coll = summary.get("collectives") or {}
     groups = coll.get("groups") or []
@@ -503,9 +580,9 @@ def _steps(ranks: list) -> list[str]:
         if not steps:
             continue
         if not out:
-            out += ["## Steps", "", "Per rank and step (ms): period from this step's start to the next decode step's, "
-                    "the GPU window (first activity to last), busy (union of activities), idle inside the window, "
-                    "host time outside it, all-reduce transfer and waiting.", ""]
+            out += ["## Steps", "", "Per rank and step (ms): period from this step's start to the next step's "
+                    "(any phase), the GPU window (first activity to last), busy (union of activities), idle inside "
+                    "the window, host time outside it, all-reduce transfer and waiting.", ""]
         out += [f"Rank {r.get('rank')} (steps from {_STEPS_FROM.get(r.get('steps_from'), '-')}):", "",
                 "| step | phase | batch | period | window | busy | idle | host | AR transfer | AR wait | graphs "
                 "| steady |",

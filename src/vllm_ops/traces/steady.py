@@ -2,11 +2,13 @@
 
 The steady-state rule (documented once, here; thresholds are the constants below):
 
-1. The first decode step of every rank is left out when a rank has at least
+1. A decode step that is the first step of its capture (of any phase: the step rows'
+   ``first_in_capture``, :mod:`.timeline`) is left out when the rank has at least
    :data:`FIRST_STEP_MIN_STEPS` decode steps: the profiler starts while the engine runs,
    ranks start profiling hundreds of milliseconds apart, and the first collective of the
    capture absorbs that gap. In a trace concatenated from several captures (the step rows'
-   ``capture``, :mod:`.timeline`), so is the first decode step of each capture.
+   ``capture``), so is the first step of each capture. Where a prefill (or mixed) step came
+   first, the start-up landed in it, and the first decode step is judged as any other.
 2. A decode step whose duration (its period; the window for the last step, which has no
    period; the CPU annotation on a rank without GPU kernels) lies further than
    :data:`OUTLIER_REL` times the rank's median from that median is left out.
@@ -14,7 +16,8 @@ The steady-state rule (documented once, here; thresholds are the constants below
    matched across them: a step index left out on one rank is left out on every rank (when
    the ranks have the same number of decode steps).
 
-Every step left out is named with its reason, and the summary warns about it.
+Every step left out is named with its reason, and the summary warns about it. A step rule 2
+leaves out whose host time is a stall (:mod:`.stalls`) says so first.
 """
 
 from __future__ import annotations
@@ -23,10 +26,13 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from . import stalls
+
 FIRST_STEP_MIN_STEPS = 3
+START_UP = "first profiled step (profiler start-up; ranks start profiling apart)"
 OUTLIER_REL = 0.5
-RULE = ("left out: each rank's first decode step (when it has at least 3; of each capture, in a trace concatenated "
-        "from several), and any decode step whose period "
+RULE = ("left out: each rank's first step when it is a decode step (when it has at least 3; of each capture, in a "
+        "trace concatenated from several), and any decode step whose period "
         "(window for the last step) is further than 50% of the rank's median from that median; a step left out "
         "on one rank is left out on all ranks of the group")
 
@@ -53,8 +59,15 @@ def left_out(decode_steps: Sequence[Mapping]) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     if len(decode_steps) >= FIRST_STEP_MIN_STEPS:
         for s in first_steps(decode_steps):
-            out[s["index"]] = ["first profiled step (profiler start-up; ranks start profiling apart)"]
+            out[s["index"]] = [START_UP]
+    stalled = {x["index"]: x for x in stalls.find(decode_steps)}
     for idx, (d, median) in outliers(decode_steps).items():
+        if idx in stalled:
+            x = stalled[idx]
+            out.setdefault(idx, []).append(
+                f"host stall: {x['host_ms']:.2f} ms outside the GPU window, "
+                + (f"{x['ratio']:.0f}x " if x["ratio"] is not None else "far above ")
+                + f"the rank's median host time ({x['median_host_ms']:.2f} ms)")
         out.setdefault(idx, []).append(
             f"lasts {d:.2f} ms, {d / median:.1f}x the median step ({median:.2f} ms), outside the median "
             f"+/- {int(OUTLIER_REL * 100)}%")
@@ -62,7 +75,11 @@ def left_out(decode_steps: Sequence[Mapping]) -> dict[int, list[str]]:
 
 
 def first_steps(decode_steps: Sequence[Mapping]) -> list[Mapping]:
-    """The first decode step of each capture (one capture unless the trace is concatenated)."""
+    """The decode steps that are the first step of their capture (rule 1: where the profiler's
+    start-up lands). Rows without ``first_in_capture`` (summaries of earlier versions, hand-made
+    rows) take the first decode step of each capture, as rule 1 did before."""
+    if decode_steps and all("first_in_capture" in s for s in decode_steps):
+        return [s for s in decode_steps if s["first_in_capture"]]
     out, seen = [], set()
     for s in decode_steps:
         if s.get("capture", 0) not in seen:
@@ -92,9 +109,9 @@ def group_left_out(per_rank: Mapping[int, Sequence[Mapping]]) -> dict[int, str]:
             merged.setdefault(idx, []).append((rank, why))
     out = {}
     for idx, hits in sorted(merged.items()):
-        first = [r for r, why in hits if why[0].startswith("first")]
-        parts = ["first profiled step (profiler start-up; ranks start profiling apart)"] if first else []
-        parts += [f"rank {r} {w}" for r, why in hits for w in why if not w.startswith("first")]
+        first = [r for r, why in hits if why[0] == START_UP]
+        parts = [START_UP] if first else []
+        parts += [f"rank {r} {w}" for r, why in hits for w in why if w != START_UP]
         out[idx] = "; ".join(parts)
     return out
 

@@ -29,6 +29,10 @@ left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdic
   ``host_ms_per_step``, ``gpu_ms_per_step``, ``period_ms``, lead figures, ``steady``,
   ``bound``), ``limit``, ``bound``, ``predicted_period_ms``, ``steady``, ``drifting_rank``.
 * ``regimes``: :mod:`.regimes`, each with its own ``verdict``.
+* ``stalls``: :mod:`.stalls`: ``steps`` (each ``rank``, ``index``, ``host_ms``,
+  ``median_host_ms``, ``ratio``, ``time_share``) and the ``thresholds``; each also a warning.
+* per rank, ``phases``: :mod:`.phases` over every step of the rank (decode, prefill and mixed,
+  each its own figures: steps, time and share of the profiled step time, median period).
 * ``coverage``: :mod:`.coverage` (``world_size``, ``present``, ``missing``, ``unreadable``,
   ``complete``, ``fetch``), and ``allreduce_bounds`` where ranks are missing: per rank
   :func:`.collectives.bounds` over its steady decode steps, with ``low_share`` and
@@ -36,6 +40,10 @@ left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdic
 * ``inputs``: ``skipped``, the files a directory held that were not read, each with why
   (:func:`.reader.find_rank_traces`; a file from a directory of rank traces with neither a rank
   in its name nor ``distributedInfo`` is skipped after it was read).
+* Before any figure is set across ranks (and where :mod:`.sanity` found no impossible step),
+  :mod:`.runs` checks that the files belong to one run
+  (time ranges, world size, NCCL version, all-reduce calls and sizes a decode step, periods), and
+  refuses them otherwise (:class:`TraceInputError` naming the files).
 * ``sanity``: :mod:`.sanity`'s checks (negative durations, repeated ids and the pairing used,
   impossible steps, and ``refused``, the reason the verdict is withheld).
 * ``ledger``: where a checkpoint is given (its directory, its record, or a JSON file of it), the
@@ -81,11 +89,11 @@ import numpy as np
 from .. import fabric as fabric_mod
 from .. import ledger as ledger_mod
 from ..allreduce import floor
-from . import collectives, coverage, findings, pace, regimes, sanity, steady, timeline, verdict
+from . import collectives, coverage, findings, pace, phases, regimes, runs, sanity, stalls, steady, timeline, verdict
 from .annotations import DECODE, MIXED, PREFILL, StepMatcher
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
-from .errors import TraceInputError
-from .reader import TraceData, file_id, find_rank_traces, rank_from_filename, read_trace
+from .errors import NotATraceError, TraceInputError
+from .reader import OWN_OUTPUT, TraceData, file_id, find_rank_traces, rank_from_filename, read_trace
 
 # The decode steps the default finds (vLLM's native and detailed names, SGLang's), as one regex, for
 # the record and the help text; the families in .annotations decide.
@@ -160,14 +168,19 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
     ranks: list[dict] = []
     errors: list[str] = []
     unreadable: list[str] = []
+    given = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
+    named = {p for p in given if not os.path.isdir(p)}
     for (ok, value), path in zip(results, files, strict=True):
-        if ok and path in to_prove and value["rank"] is None:
+        if not ok and isinstance(value, NotATrace) and path not in named:
+            skipped.append({"file": path, "why": "not a Chrome trace (no traceEvents array): another JSON file in "
+                                                 "the directory"})
+        elif ok and path in to_prove and value["rank"] is None:
             skipped.append({"file": path, "why": "no rank in its name and no distributedInfo: an engine or "
                                                  "front-end trace, not a rank's"})
         elif ok:
             ranks.append(value)
         else:
-            errors.append(value)
+            errors.append(str(value))
             unreadable.append(path)
     if errors and not keep_going:
         raise TraceInputError(errors[0] + ("" if len(errors) == 1 else f" (and {len(errors) - 1} more bad files)"))
@@ -176,10 +189,9 @@ def summarize(paths: str | Sequence[str], *, decode_pattern: str | None = None,
     if not ranks:
         raise TraceInputError(f"{errors[0]} (no readable trace left)")
     warnings.extend(f"skipped {e}" for e in errors)
-    warnings.extend(f"skipped {x['file']}: {x['why']}." for x in skipped if "trace" in x["why"] and
-                    not x["why"].startswith("not a rank trace"))
-    inputs = {"paths": [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)],
-              "skipped": skipped, "unreadable": unreadable}
+    # every file a directory held and the summary did not read is said, but the summary's own output
+    warnings.extend(f"skipped {x['file']}: {x['why']}." for x in skipped if x["why"] != OWN_OUTPUT)
+    inputs = {"paths": given, "skipped": skipped, "unreadable": unreadable}
     return _combine(ranks, decode_pattern, prefill_pattern, dict(context or {}), warnings, measured_floor, inputs,
                     {"checkpoint": record, "tokens": tokens, "key_tokens": key_tokens,
                      "allreduce_floor": allreduce_floor}, pcie)
@@ -213,6 +225,10 @@ def _cpu_count() -> int:
 
 # --------------------------------------------------------------------------- per rank
 
+class NotATrace(str):
+    """A worker's message for a file that is no Chrome trace at all (:class:`.errors.NotATraceError`)."""
+
+
 def _rank_worker(task) -> tuple[bool, object]:
     """Runs in a worker process: read one file and reduce it to the rank's steps and calls."""
     path, decode_pattern, prefill_pattern, rules, top, parser = task
@@ -221,6 +237,8 @@ def _rank_worker(task) -> tuple[bool, object]:
         with read_trace(path, StepMatcher(decode_pattern, prefill_pattern), parser=parser,
                         keep_calls=allreduce_calls(classifier)) as data:
             return True, summarize_rank(data, classifier, top)
+    except NotATraceError as exc:
+        return False, NotATrace(str(exc))
     except TraceInputError as exc:
         return False, str(exc)
     except OSError as exc:  # the per-step analysis' tables on disk (the reader's own are reported above)
@@ -247,8 +265,10 @@ def summarize_rank(data: TraceData, classifier: Classifier, top: int = 10) -> di
         "graph_launches": len(data.graph_launches),
         "graph_launches_without_activity": data.graph_launches_without_activity,
         "process_groups": data.process_groups, "timeline": timeline.trace_timeline(data),
-        "categories": classifier.categories, "sets": {},
+        "categories": classifier.categories, "sets": {}, "nccl_version": data.nccl_version,
+        "base_time_ns": data.base_time_ns,
     }
+    out["time_range_us"] = _time_range(data, out["timeline"])
     launch_ts = timeline.launch_times(data)
     try:
         _summarize_sets(data, classifier, top, launch_ts, out)
@@ -266,6 +286,7 @@ def _summarize_sets(data: TraceData, classifier: Classifier, top: int, launch_ts
             continue
         if not gpu and not cpu:
             continue
+        (gpu, nested_gpu), (cpu, nested_cpu) = timeline.outermost(gpu), timeline.outermost(cpu)
         rows = timeline.pick_steps(data, gpu, cpu, launch_ts)
         try:
             table = timeline.step_table(data, classifier, rows)
@@ -285,7 +306,18 @@ def _summarize_sets(data: TraceData, classifier: Classifier, top: int, launch_ts
         calls["nccl"] = [is_nccl[n] for n in calls["name"]]
         out["sets"][key] = {"steps_from": rows.steps_from, "steps": table, "calls": calls, "top": per_phase,
                             "overlapping_spans": _overlaps(rows.spans), "pairing": rows.pairing,
-                            "repeated_ids": rows.repeated_ids}
+                            "repeated_ids": rows.repeated_ids, "nested_spans": max(nested_gpu, nested_cpu)}
+
+
+def _time_range(data: TraceData, tl: dict | None) -> list[float] | None:
+    """``[first, last]`` µs of the trace's GPU activities and step annotations, in its own ``ts``
+    (null when it has neither); the timeline's ``first_us``/``last_us`` are moved here."""
+    ends = [(s.ts, s.ts + s.dur) for s in data.gpu_spans + data.cpu_spans]
+    if tl is not None:
+        ends.append((tl.pop("first_us"), tl.pop("last_us")))
+    if not ends:
+        return None
+    return [min(a for a, _ in ends), max(b for _, b in ends)]
 
 
 def _overlaps(spans) -> int:
@@ -356,7 +388,8 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
                         "." if suggested else "name the decode steps with --decode-pattern REGEX."))
     for r in ranks:
         r["set"] = r["sets"].get(key) or {"steps_from": None, "steps": [], "calls": None, "top": {},
-                                          "overlapping_spans": 0, "pairing": None, "repeated_ids": 0}
+                                          "overlapping_spans": 0, "pairing": None, "repeated_ids": 0,
+                                          "nested_spans": 0}
         r["decode"] = [s for s in r["set"]["steps"] if s["phase"] == DECODE]
         _not_measured_warning(r, warnings)
         _graph_warning(r, warnings, api)
@@ -368,6 +401,8 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
                             f"{r['activities_without_launch']} of {r['activities']} GPU activities have no launch "
                             "call with their correlation in the trace, so they could not be attributed to a step.")
     checks = sanity.check(ranks)
+    if not checks["refused"]:  # impossible figures say the trace is damaged: no run to compare
+        runs.check(ranks)  # files of different runs get no figure set across ranks
     _sanity_warnings(ranks, checks, warnings)
     _step_warnings(ranks, decode_used, front, warnings)
     measured = [r for r in ranks if _measured(r) and r["decode"]]
@@ -388,7 +423,11 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     groups = {}
     for r in measured:
         groups.update(r["process_groups"])
-    coll = collectives.match(calls, groups, steady_idx, warnings)
+    decode_idx = {r["rank"]: {s["index"] for s in r["decode"]} for r in measured}
+    steady_by_rank = steady_idx if lockstep else {
+        r["rank"]: {s["index"] for s in r["decode"] if s["index"] not in left_by_rank.get(r["rank"], {})}
+        for r in measured}
+    coll = collectives.match(calls, groups, steady_by_rank, warnings, decode_idx)
     per_step = coll.pop("per_step")
     floor.annotate(coll["groups"], measured_floor)
     if measured_floor is not None:
@@ -415,8 +454,18 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         who = f"rank {item['rank']} " if "rank" in item else ""
         warnings.append(f"steady state: {who}decode step {item['index']} left out of the steady figures: "
                         f"{item['reason']}.")
+    stall_list = []
+    for e in entries:
+        if e["gpu_time_measured"] and e["decode_steps"]:
+            for x in stalls.find([s for s in e["steps"] if s["phase"] == DECODE]):
+                stall_list.append({"rank": e["rank"], **x})
+                warnings.append(f"rank {e['rank']}: decode step {x['index']} is a host stall: {x['host_ms']:.2f} ms "
+                                f"outside its GPU window, {x['ratio'] or '>'}x the rank's median host time "
+                                f"({x['median_host_ms']:.2f} ms), {100 * (x['time_share'] or 0):.0f}% of its decode "
+                                "time.")
     ctx = _context(ranks, context)
     ctx.update(engine=engine, api=api)
+    _check_tp(context.get("tensor_parallel_size"), world, warnings)
     live = [e for e in entries if e["gpu_time_measured"] and e["decode_steps"]]
     steady_rows = {e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE and s["steady"]] for e in live}
     pace_ = _pace(steady_rows, not cover["complete"])
@@ -465,6 +514,7 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         "steady_state": steady_state,
         "pace": pace_,
         "regimes": found,
+        "stalls": {"steps": stall_list, "thresholds": dict(stalls.THRESHOLDS)},
         "coverage": cover,
         "inputs": {"skipped": list(inputs.get("skipped") or [])},
         "sanity": checks,
@@ -489,6 +539,10 @@ def _ledger(entries: list[dict], coll: Mapping, ctx: Mapping, world: int | None,
     weights allow (the checkpoint, the TP size or the bandwidth does not fit the run)."""
     if args.get("checkpoint") is None:
         return None
+    if ctx.get("tensor_parallel_size") is None:
+        raise TraceInputError("the decode ledger (checkpoint) needs the tensor-parallel size, and the traces give "
+                              "none (no distributedInfo world_size): give it (context tensor_parallel_size; "
+                              "--tensor-parallel-size N on the command line)")
     partial = {"ranks": entries, "collectives": coll, "context": ctx, "world_size": world}
     out = ledger_mod.decode_ledger(partial, args["checkpoint"], allreduce_floor=args.get("allreduce_floor"),
                                    tokens=args.get("tokens"), key_tokens=args.get("key_tokens"))
@@ -546,6 +600,23 @@ def _sanity_warnings(ranks: list[dict], checks: Mapping, warnings: list[str]) ->
         warnings.append(checks["refused"][0].upper() + checks["refused"][1:] + ".")
 
 
+def _check_tp(given: object, world: int | None, warnings: list[str]) -> None:
+    """A tensor-parallel size given beside the traces' world size: refused where it cannot hold
+    (larger than the world size, or not dividing it), said where it differs (pipeline or data
+    parallel ranks make the world larger than the group)."""
+    if given is None or world is None:
+        return
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        raise TraceInputError(f"tensor_parallel_size must be a positive integer, got {given!r}")
+    if given > world or world % given:
+        raise TraceInputError(f"tensor_parallel_size {given} contradicts the traces: their distributedInfo gives a "
+                              f"world size of {world}, which a tensor-parallel group of {given} cannot fill; give "
+                              "the server's own size, or none (the traces' world size is then used)")
+    if given != world:
+        warnings.append(f"tensor-parallel size {given} given, the traces' world size is {world}: taken as given "
+                        "(pipeline or data parallel ranks?).")
+
+
 def _context(ranks: list[dict], given: dict) -> dict:
     devices = sorted({r["device"] for r in ranks if r.get("device")})
     launches = sum(r["graph_launches"] for r in ranks)
@@ -594,6 +665,7 @@ def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[f
         "steady_stats": {k: steady.stats(s.get(k) for s in steady_rows) for k in STEP_FIGURES} if decode else {},
         "decomposition": _decomposition(steady_rows) if measured else None,
         "by_batch_size": _by_batch_size(decode),
+        "phases": phases.split(rows),
         "steps": rows,
     }
     entry.update(_legacy_figures(r, decode, measured, "decode"))
@@ -716,12 +788,13 @@ def _allreduce_legacy(entries: list[dict], coll: dict, warnings: list[str]) -> d
         "share_by_rank": {str(e["rank"]): e["allreduce_share"] for e in live},
         "ms_per_step_by_rank": {str(e["rank"]): e["allreduce_ms_per_step"] for e in live},
     })
-    matched = sum(g["calls_all_steps"] for g in coll["groups"])
+    matched = sum(g["calls_decode"] for g in coll["groups"])
     if not matched:
         return out
-    # As before: the mean transfer of the matched calls times each rank's all-reduce calls per
-    # decode step (calls no other rank matched get the matched calls' mean transfer, not zero).
-    per_call = sum(g["transfer_us_total_all_steps"] for g in coll["groups"]) / matched / 1000.0
+    # As before: the mean transfer of the matched calls (of the decode steps: a prefill's larger
+    # all-reduces are no decode step's) times each rank's all-reduce calls per decode step (calls no
+    # other rank matched get the matched calls' mean transfer, not zero).
+    per_call = sum(g["transfer_us_total_decode"] for g in coll["groups"]) / matched / 1000.0
     waits, calls = {}, []
     for e in live:
         dec = [s for s in e["steps"] if s["phase"] == DECODE]
@@ -784,6 +857,10 @@ def _step_warnings(ranks: list[dict], pattern: str, front: list[str], warnings: 
             front.append(msg + ".")
         elif _measured(r) and not any(s["activities"] for s in steps):
             warnings.append(f"{where}: {len(steps)} decode steps found but no GPU activity starts inside them.")
+        if r["set"].get("nested_spans"):
+            warnings.append(f"{where}: {r['set']['nested_spans']} step annotations lie inside another step "
+                            "annotation (two names for one step, as SGLang's step[...] inside execute_...): each "
+                            "step is counted once, as its outer annotation.")
         if r["set"]["overlapping_spans"]:
             warnings.append(f"{where}: {r['set']['overlapping_spans']} step spans overlap the one before; each "
                             "activity is counted in the latest-starting span that holds it.")

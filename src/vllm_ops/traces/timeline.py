@@ -20,6 +20,12 @@ Definitions (one per figure; the CLI, the filters, the report and the history us
   an activity belongs to the step whose CPU annotation (``user_annotation``) holds the host
   call that launched it, found by the activity's ``correlation`` (a CUDA graph launch
   brings every kernel that carries its correlation). ``steps_from`` says which.
+* **One step, one span** (:func:`outermost`). A step span of an engine's annotation family
+  that lies wholly inside a step span of another engine family, on the same side (CPU or GPU),
+  names the same step twice (SGLang's ``step[DECODE bs=32]`` inside a vLLM-style ``execute_...``
+  annotation): only the outer span is a step, and the inner ones are counted
+  (``nested_spans``), never made steps of their own. Other nested step spans (a user's pattern
+  that matches an annotation and the ones inside it) stay steps, as below.
 * **Pairing** (:func:`pair_cpu_spans`). A GPU step span's CPU twin is the CPU step annotation
   with its ``External id`` when no two step annotations of a kind share an id and every twin
   starts at most :data:`PAIRING_SLACK_US` after its GPU span (a GPU step cannot start before
@@ -44,10 +50,19 @@ Definitions (one per figure; the CLI, the filters, the report and the history us
   end)``, or the window start without a CPU annotation. So a host stall before a step's
   first kernel lands in that step, and a host that runs ahead of its GPU does not shorten
   the GPU's steps.
-* ``period_ms``: from this step's start to the next decode step's start on the same rank
-  (null for the last): what a client sees as the inter-token time of that step.
+* ``period_ms``: from this step's start to the next step's start on the same rank, whatever
+  the next step's phase (null for the last step of a capture). The steps' periods partition the
+  capture's time: a prefill step between two decode steps holds its own period, and none of it
+  lands in the decode step before it. (Up to issue 30 the period ran to the next *decode* step,
+  so an intervening prefill counted as the decode step's host time; for a capture of decode
+  steps only the two definitions agree.) ``to_next_decode_ms``: from this step's start to the
+  next decode step's start (null where none follows in the capture): what a client streaming a
+  request sees as the inter-token time after this step, prefills in between included; no other
+  figure is built on it.
   ``host_ms`` = ``period_ms`` - ``window_ms``: the period's time outside the GPU window
   (scheduling, sampling, launches before the first kernel and after the last).
+* ``first_in_capture``: true for the first step (of any phase) of its capture: the step the
+  profiler's start-up lands in (:mod:`.steady`).
 * ``busy_ms_by_category``: ``busy_ms`` split so that the parts add up exactly: each
   instant of busy time goes to the first category, in :func:`busy_priority` order (compute
   categories in the classifier's order, then other collectives, then all-reduce), that
@@ -66,7 +81,7 @@ Definitions (one per figure; the CLI, the filters, the report and the history us
   GPU (the reader's ``host_waits``: synchronizing calls, blocking copies, launch calls of at
   least ``BLOCKED_CALL_US``), nested calls counted once. ``host_step_ms``: the host span less
   that: the host's own time for the step. ``host_gap_ms``: from the host span's end to the next
-  decode step's host span start, less the waits in between (null for the last step and where
+  step's host span start (any phase, as for the period), less the waits in between (null for the last step and where
   the next host span starts before this one ends).
 * ``context_tokens``, ``generation_tokens``, ``key_tokens``: the token counts the step's name
   gives (:mod:`.annotations`; ``key_tokens``: the decode requests' context lengths, summed).
@@ -79,7 +94,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import spill
-from .annotations import DECODE
+from .annotations import DECODE, ENGINE_FAMILIES
 from .categories import ALLREDUCE, Classifier
 from .reader import ACT_DTYPE, LAUNCH_DTYPE, Span, TraceData
 from .spill import Table, partition, zip_chunks
@@ -255,6 +270,24 @@ def pick_steps(data: TraceData, spans_gpu: list[Span], spans_cpu: list[Span], la
                     capture_numbers(spans))
 
 
+def outermost(spans: list[Span]) -> tuple[list[Span], int]:
+    """The step spans less those that name a step a span of another engine family already names
+    (see the module docstring, **One step, one span**), in time order, and how many were dropped."""
+    kept: list[Span] = []
+    outer: Span | None = None  # the latest engine-family span that reaches furthest
+    nested = 0
+    for sp in sorted(spans, key=lambda x: (x.ts, -x.dur)):
+        family = sp.step.family
+        if (outer is not None and family in ENGINE_FAMILIES and family != outer.step.family
+                and sp.ts + sp.dur <= outer.ts + outer.dur):
+            nested += 1
+            continue
+        kept.append(sp)
+        if family in ENGINE_FAMILIES and (outer is None or sp.ts + sp.dur > outer.ts + outer.dur):
+            outer = sp
+    return kept, nested
+
+
 def capture_numbers(spans: list[Span]) -> list[int]:
     """Each step's capture (see the module docstring): a new one starts where the step spans'
     External ids, in time order, fall back below the step before's."""
@@ -403,17 +436,21 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
     start = np.where(np.isnan(start), np.array([s.ts for s in spans]), start)
     decode = np.array([s.step.phase in (DECODE, None) for s in spans])
     capture = rows.captures or [0] * n
+    next_start = np.full(n, np.nan)  # the next step's start, any phase, within the capture
     next_decode = np.full(n, np.nan)
-    nxt = np.nan
+    nxt = nxt_decode = np.nan
     for i in range(n - 1, -1, -1):
         if i + 1 < n and capture[i + 1] != capture[i]:
-            nxt = np.nan  # the last step of a capture has no next step
-        next_decode[i] = nxt
+            nxt = nxt_decode = np.nan  # the last step of a capture has no next step
+        next_start[i], next_decode[i] = nxt, nxt_decode
+        nxt = start[i]
         if decode[i]:
-            nxt = start[i]
-    period = next_decode - start
+            nxt_decode = start[i]
+    period = next_start - start
+    to_next_decode = next_decode - start
+    first_in_capture = [i == 0 or capture[i] != capture[i - 1] for i in range(n)]
     graph = _graph_launches(data, rows, n)
-    host = _host_figures(data, rows, decode, wstart, lfirst, llast, capture)
+    host = _host_figures(data, rows, wstart, lfirst, llast, capture)
     table_cats = classifier.categories
     t0 = start[0]
     out = []
@@ -434,6 +471,8 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
             "cpu_ms": _ms(c.dur) if c is not None else None,
             "span_ms": _ms(s.dur),
             "period_ms": _ms(per),
+            "to_next_decode_ms": None if np.isnan(to_next_decode[i]) else _ms(to_next_decode[i]),
+            "first_in_capture": first_in_capture[i],
             "window_ms": _ms(window),
             "busy_ms": _ms(busy[i]),
             "idle_ms": _ms(window - busy[i]) if window is not None else None,
@@ -456,7 +495,7 @@ def step_table(data: TraceData, classifier: Classifier, rows: StepRows) -> list[
     return out
 
 
-def _host_figures(data: TraceData, rows: StepRows, decode: np.ndarray, wstart: np.ndarray, lfirst: np.ndarray,
+def _host_figures(data: TraceData, rows: StepRows, wstart: np.ndarray, lfirst: np.ndarray,
                   llast: np.ndarray, capture: list[int]) -> dict[str, np.ndarray]:
     """``lead_ms``, ``host_blocked_ms``, ``host_step_ms`` and ``host_gap_ms`` of each step (µs, nan:
     unknown; see the module docstring)."""
@@ -491,7 +530,7 @@ def _host_figures(data: TraceData, rows: StepRows, decode: np.ndarray, wstart: n
         if i + 1 < n and capture[i + 1] != capture[i]:
             nxt = np.nan
         next_start[i] = nxt
-        if decode[i] and not np.isnan(h_start[i]):
+        if not np.isnan(h_start[i]):
             nxt = h_start[i]
     for i in range(n):
         if not np.isnan(h_start[i]):
@@ -564,6 +603,7 @@ def kernel_totals(data: TraceData, rows: StepRows, steps: np.ndarray) -> tuple[n
 def trace_timeline(data: TraceData) -> dict | None:
     """The whole trace's GPU timeline: first activity start to last end (``span_ms``), the
     union of every activity (``busy_ms``) and the rest (``idle_ms``); None without activities.
+    ``first_us`` and ``last_us``: that first start and last end, in the trace's ``ts`` (µs).
 
     The activities come sorted by start in batches (:func:`.spill.sorted_batches`); each batch
     carries the latest end so far into the next, and the idle gaps go to disk to be summed as
@@ -591,7 +631,8 @@ def trace_timeline(data: TraceData) -> dict | None:
     finally:
         gaps.close()
     return {"span_ms": _ms(span), "busy_ms": _ms(span - idle), "idle_ms": _ms(idle),
-            "idle_share": round(idle / span, 4) if span > 0 else None}
+            "idle_share": round(idle / span, 4) if span > 0 else None,
+            "first_us": float(first), "last_us": float(last)}
 
 
 def _ms(us) -> float | None:

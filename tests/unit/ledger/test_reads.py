@@ -114,7 +114,8 @@ def test_bad_figures_are_refused(tmp_path, kwargs, message):
 def test_load_checkpoint_reads_a_directory_or_checks_a_record(tmp_path):
     built = moe_checkpoint(tmp_path / "kimi", stray=False)
     assert load_checkpoint(built.directory) == read_checkpoint(str(built.directory))
-    with pytest.raises(LedgerInputError, match=re.escape(f"{tmp_path / 'none'}: not a directory")):
+    # a path that does not exist is said to be missing, not "not a directory" (issue 30)
+    with pytest.raises(LedgerInputError, match=re.escape(f"{tmp_path / 'none'}: no such file or directory")):
         load_checkpoint(tmp_path / "none")
     with pytest.raises(LedgerInputError, match="not a checkpoint record"):
         load_checkpoint({"tool": "allreduce_bench", "schema": 1})

@@ -110,7 +110,8 @@ def test_topology(text, interconnect, links):
 
 
 def test_context_reaches_the_advisor(tmp_path):
-    s = summarize(_write(tmp_path / "r0.json.gz", 0, world_size=1),
+    # world size 8: a tensor-parallel size the traces contradict is refused (issue 30), not taken silently
+    s = summarize(_write(tmp_path / "r0.json.gz", 0, world_size=8),
                   context={"interconnect": "pcie", "tensor_parallel_size": 8})
     assert s["context"]["interconnect"] == "pcie" and s["context"]["sources"]["interconnect"] == "given"
     assert s["context"]["tensor_parallel_size"] == 8

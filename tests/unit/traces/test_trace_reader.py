@@ -270,8 +270,12 @@ def test_json_that_is_not_a_trace(tmp_path):
 
 def test_not_gzip_despite_the_name_is_read_as_json(tmp_path):
     path = tmp_path / "plain.json.gz"
-    path.write_text('{"traceEvents": []}')
-    assert read_trace(str(path), MATCHER).activities == 0
+    path.write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, '
+                    '"dur": 2.0, "args": {}}]}')
+    assert read_trace(str(path), MATCHER).activities == 1
+    path.write_text('{"traceEvents": []}')  # read as JSON too: an empty capture (issue 30)
+    with pytest.raises(TraceInputError, match="the profiler wrote no events"):
+        read_trace(str(path), MATCHER)
 
 
 def test_empty_directory_and_missing_path(tmp_path):
