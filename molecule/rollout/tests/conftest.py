@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
 from testlib import UNIT, assert_normal_service, run_playbook
 
-FIRST, SECOND = "vllm-mol-rollout-a", "vllm-mol-rollout-b"
+FIRST, SECOND, THIRD = "vllm-mol-rollout-a", "vllm-mol-rollout-b", "vllm-mol-rollout-c"
 FAULT_DIR = "/run/vllm-standin"
 
 
@@ -43,12 +43,12 @@ class Box:
 
 @pytest.fixture
 def hosts():
-    return {name: Box(name) for name in (FIRST, SECOND)}
+    return {name: Box(name) for name in (FIRST, SECOND, THIRD)}
 
 
 @pytest.fixture(autouse=True)
 def healthy_after(hosts):
-    """Every test leaves both hosts on the normal, healthy service, with no fault switch left."""
+    """Every test leaves every host on the normal, healthy service, with no fault switch left."""
     yield
     for box in hosts.values():
         box.host.run(f"rm -f {FAULT_DIR}/*")

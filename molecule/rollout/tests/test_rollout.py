@@ -1,8 +1,9 @@
-"""rollout.yml on two hosts, the stand-in installed as three releases (prepare.yml: 0.32.0; 0.33.0
+"""rollout.yml on three hosts, the stand-in installed as three releases (prepare.yml: 0.32.0; 0.33.0
 without --reasoning-parser; 0.34.0 three times slower per token): a bad change never reaches the
-second host and leaves the first healthy on its old configuration; a good one reaches both, with
+other hosts and leaves the first healthy on its old configuration; a good one reaches all three, with
 the canary's figures recomputed here from its benchmark files; restore.yml after a rollout killed
-mid-way. In file order; the last test leaves both hosts on 0.33.0."""
+mid-way; in a batch of two, a change that does not load on one host rolls back that host alone.
+In file order; the last test leaves every host on 0.33.0."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIRST, SECOND, rollout
+from conftest import FAULT_DIR, FIRST, SECOND, THIRD, rollout
 from testlib import UNIT, run_playbook, start_playbook, wait_for
 
 UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
@@ -55,8 +56,8 @@ def assert_untouched(box, pid: int, unit_sha: str) -> None:
     assert box.sha(UNIT_FILE) == unit_sha, f"{box.name}'s unit changed"
 
 
-def test_a_change_that_does_not_load_on_the_canary_is_rolled_back_and_never_reaches_the_second(hosts, tmp_path):
-    first, second = hosts[FIRST], hosts[SECOND]
+def test_a_change_that_does_not_load_on_the_canary_is_rolled_back_and_never_reaches_the_others(hosts, tmp_path):
+    first = hosts[FIRST]
     before = {name: (box.main_pid(), box.sha(UNIT_FILE)) for name, box in hosts.items()}
     # A value only the server refuses, at its start: the canary's load fails.
     play, report = rollout(tmp_path, {"extra_args": ["--max-num-seqs", "0"]})
@@ -65,21 +66,22 @@ def test_a_change_that_does_not_load_on_the_canary_is_rolled_back_and_never_reac
     assert (entries[FIRST]["outcome"], entries[FIRST]["status"]) == ("did not load", "rolled back")
     assert "max_num_seqs" in entries[FIRST]["reason"], "the failure says what the server refused"
     assert entries[FIRST]["after"] == {"version": "0.32.0", "executable": "/opt/vllm/0.32.0/bin/vllm"}
-    assert entries[SECOND]["status"] == "not reached" and report["stopped_at"] == FIRST
+    assert entries[SECOND]["status"] == entries[THIRD]["status"] == "not reached" and report["stopped_at"] == FIRST
     # The canary runs its old unit again (restarted: the change, then the rollback), healthy.
     assert first.sha(UNIT_FILE) == before[FIRST][1] and first.main_pid() != before[FIRST][0]
     assert "--max-num-seqs" not in first.argv()
-    assert_untouched(second, *before[SECOND])
+    for name in (SECOND, THIRD):
+        assert_untouched(hosts[name], *before[name])
 
 
 def test_a_slower_release_is_rolled_back_at_the_canarys_gate_and_the_rollout_stops(hosts, tmp_path):
-    first, second = hosts[FIRST], hosts[SECOND]
-    second_before = (second.main_pid(), second.sha(UNIT_FILE))
+    first = hosts[FIRST]
+    others = {name: (box.main_pid(), box.sha(UNIT_FILE)) for name, box in hosts.items() if name != FIRST}
     play, report = rollout(tmp_path, {"version": "0.34.0"})
     assert play.rc != 0
     entries = by_host(report)
     assert (entries[FIRST]["outcome"], entries[FIRST]["status"]) == ("regressed", "rolled back")
-    assert entries[SECOND]["status"] == "not reached"
+    assert entries[SECOND]["status"] == entries[THIRD]["status"] == "not reached"
     gate = report["canary"]["gate"]
     assert gate["passed"] is False
     job_dir = Path(entries[FIRST]["job_dir"])
@@ -89,9 +91,10 @@ def test_a_slower_release_is_rolled_back_at_the_canarys_gate_and_the_rollout_sto
         assert point["tpot"]["noise_pct"] == pytest.approx(noise, abs=5e-4)
         assert change > MAX_REGRESSION_PCT + noise and point["tpot"]["regressed"]
     assert gate["line"] in report["headline"] and "regressed: TPOT rose" in gate["line"]
-    # Back on its old release, healthy; the second host never touched; 0.34.0 kept (installed, not run healthy).
+    # Back on its old release, healthy; the other hosts never touched; 0.34.0 kept (installed, not run healthy).
     assert served_version(first) == "0.32.0" and first.argv()[1] == "/opt/vllm/0.32.0/bin/vllm"
-    assert_untouched(second, *second_before)
+    for name, before in others.items():
+        assert_untouched(hosts[name], *before)
     assert first.host.file("/opt/vllm/0.34.0/bin/vllm").exists
 
 
@@ -109,8 +112,8 @@ def test_a_release_without_an_argument_the_unit_passes_is_refused_before_the_can
 
 
 def test_restore_after_a_rollout_killed_mid_way_brings_each_host_to_its_own_last_known_good(hosts, tmp_path):
-    first, second = hosts[FIRST], hosts[SECOND]
-    invocation = second.prop("InvocationID")
+    first, second, third = hosts[FIRST], hosts[SECOND], hosts[THIRD]
+    invocation, third_pid = second.prop("InvocationID"), third.main_pid()
     # A harmless change with a longer load, so that the second host can be caught loading it.
     change = {"environment": {"NCCL_PROTO": "LL128", "VLLM_STANDIN_LOAD_S": 20}}
     run = start_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path),
@@ -136,6 +139,8 @@ def test_restore_after_a_rollout_killed_mid_way_brings_each_host_to_its_own_last
     # The canary passed its gate: the change is its last-known-good; the second host's is the old one.
     assert first.environ()["NCCL_PROTO"] == "LL128"
     assert second.environ()["NCCL_PROTO"] == "LL" and "LL128" not in second.host.file(ENV_FILE).content_string
+    # The third host was never reached: the restore found it on its last-known-good and left it running.
+    assert third.environ()["NCCL_PROTO"] == "LL" and third.main_pid() == third_pid
     again = run_playbook("playbooks/restore.yml")
     assert again.rc == 0 and again.changed == 0, again.changed_tasks
 
@@ -154,14 +159,15 @@ def test_a_good_change_reaches_every_host_with_the_canarys_figures_and_downtime(
         "Say what a real run would do") for r in t["hosts"].values()]
     assert plans[0].startswith("Check mode: the preflight passed; a real run would benchmark the service of "
                                f"{FIRST} as it runs, apply the change (")
-    assert plans[1].startswith("Check mode: the preflight passed; a real run would apply the change (")
+    assert len(plans) == 3 and all(plan.startswith("Check mode: the preflight passed; a real run would apply the "
+                                                   "change (") for plan in plans[1:])
     assert {name: box.main_pid() for name, box in hosts.items()} == pids and not check_dir.exists()
     play = run_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path), **edited}))
     assert play.rc == 0, play.output[-4000:]
     (directory,) = (tmp_path / "rollout").iterdir()
     report = json.loads((directory / "report.json").read_text())
     entries = by_host(report)
-    assert not report["stopped"] and report["counts"] == {"changed": 2}
+    assert not report["stopped"] and report["counts"] == {"changed": 3}
     for name, box in hosts.items():
         assert served_version(box) == "0.33.0", name
         assert entries[name]["after"] == {"version": "0.33.0", "executable": "/opt/vllm/0.33.0/bin/vllm"}
@@ -169,7 +175,7 @@ def test_a_good_change_reaches_every_host_with_the_canarys_figures_and_downtime(
         job = json.loads((Path(entries[name]["job_dir"]) / "job.json").read_text())
         assert entries[name]["downtime_s"] == job["downtime"]["seconds_not_ready"] > 0, name
         assert not box.host.file("/opt/vllm/0.32.0").exists and box.host.file("/opt/vllm/0.34.0/bin/vllm").exists
-    assert [entries[FIRST]["stage"], entries[SECOND]["stage"]] == ["canary", "fleet"]
+    assert [entries[name]["stage"] for name in (FIRST, SECOND, THIRD)] == ["canary", "fleet", "fleet"]
     gate = report["canary"]["gate"]
     assert gate["passed"] is True
     job_dir = Path(entries[FIRST]["job_dir"])
@@ -180,7 +186,54 @@ def test_a_good_change_reaches_every_host_with_the_canarys_figures_and_downtime(
             assert point[key]["noise_pct"] == pytest.approx(noise, abs=5e-4), (key, point["concurrency"])
     headline = last_result(play, "Print the rollout's headline")["msg"]
     assert headline.startswith(f"{report['headline']} ({directory}/report.md)")
-    assert report["headline"].startswith(f"rollout {directory.name}: 2/2 hosts on the change "
+    assert report["headline"].startswith(f"rollout {directory.name}: 3/3 hosts on the change "
                                          "(vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm)); canary vllm-mol-rollout-a: ")
     again = run_playbook("playbooks/restore.yml")
     assert again.rc == 0 and again.changed == 0, again.changed_tasks
+
+
+def test_in_a_batch_of_two_only_the_host_whose_change_does_not_load_is_rolled_back(hosts, tmp_path):
+    # From where the test above leaves every host (0.33.0, its arguments, NCCL_PROTO=LL): the canary,
+    # then the other two in one batch. "once": the second host's load of the change dies, its
+    # rollback's load goes through (the server removes the switch when it fires, so it owns it).
+    first, second, third = hosts[FIRST], hosts[SECOND], hosts[THIRD]
+    edited = {"vllm_version": "0.33.0", "vllm_extra_args": ARGS_FOR_0_33, "vllm_versions_keep": 1}
+    switch = f"{FAULT_DIR}/engine-dies-during-load"
+    second.host.check_output(f"echo once > {switch} && chown vllm {switch}")
+    invocation = third.prop("InvocationID")
+    extra = {"vllm_rollout_artifacts_dir": str(tmp_path), "vllm_ops_rollout_batch": 2,
+             "vllm_rollout_change": {"environment": {"NCCL_PROTO": "LL128"}}, **edited}
+    run = start_playbook("rollout.yml", "-e", json.dumps(extra), log=tmp_path / "rollout.log")
+
+    def third_on_the_change():
+        return (third.prop("InvocationID") not in ("", invocation)
+                and third.host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0
+                and third.environ().get("NCCL_PROTO") == "LL128")
+
+    try:
+        # The third host's main PID right after its own restart, healthy on the change.
+        wait_for(lambda: not run.running or third_on_the_change(), "the third host healthy on the change", 900)
+        pid_after_restart = third.main_pid() if third_on_the_change() else None
+        rc = run.wait(timeout_s=900)
+    finally:
+        run.kill()
+    output = run.output
+    assert pid_after_restart, f"the third host never ran the change healthy:\n{output[-6000:]}"
+    assert rc != 0, output[-4000:]
+    (report_file,) = (tmp_path / "rollout").glob("*/report.json")
+    entries = by_host(json.loads(report_file.read_text()))
+    # The canary and the healthy peer on the change, the peer still the process of its own one load.
+    assert entries[FIRST]["status"] == entries[THIRD]["status"] == "changed"
+    assert first.environ()["NCCL_PROTO"] == third.environ()["NCCL_PROTO"] == "LL128"
+    assert third.main_pid() == pid_after_restart, "the healthy peer was restarted after its own restart"
+    loads = json.loads((Path(entries[THIRD]["job_dir"]) / "job.json").read_text())["loads"]
+    assert len(loads) == 1, loads
+    # The host whose load died is back on its last-known-good (the healthy_after fixture: healthy).
+    assert (entries[SECOND]["outcome"], entries[SECOND]["status"]) == ("did not load", "rolled back")
+    assert second.environ()["NCCL_PROTO"] == "LL" and not second.host.file(switch).exists
+    # One message names the host that failed, and what each host of the batch runs now.
+    message = (f"The rollout stops here: it failed on {SECOND} (its error is above), and no later batch starts. "
+               f"What each host of this batch runs now: {SECOND} is back on its last-known-good (the change did "
+               f"not load), vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm), healthy; {THIRD} runs the change (")
+    assert message in output, output[-4000:]
+    assert f"The change did not load on {THIRD}" not in output and f"failed on {THIRD}" not in output

@@ -186,31 +186,40 @@ def _drop_unnamed_blobs(store, manifest):
             os.unlink(os.path.join(blobs, name))
 
 
+def _saved_copy(store, path, state):
+    """The saved content of ``path``, read from its blob and checked against its digest."""
+    blob = os.path.join(store, BLOBS, state["sha256"])
+    try:
+        with open(blob, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise LastGoodError("the saved copy of %s (%s) cannot be read (%s): the last-known-good is damaged; nothing "
+                            "was restored; deploy a known configuration with deploy.yml" % (path, blob, exc)) from None
+    if hashlib.sha256(data).hexdigest() != state["sha256"]:
+        raise LastGoodError("the saved copy of %s (%s) is damaged (its digest differs): nothing was restored; deploy "
+                            "a known configuration with deploy.yml" % (path, blob))
+    return data
+
+
 def restore(store, manifest, check_mode=False):
     """Put the manifest's files back: each saved file whose state differs is rewritten (content,
-    mode, owner), each saved absence and each unsaved file of its directories removed. Returns the
-    paths changed, sorted."""
+    mode, owner), each saved absence and each unsaved file of its directories removed. All or
+    nothing as far as the store goes: every saved copy it needs is read and checked against its
+    digest before the first path is touched, so a damaged copy leaves every file as it was.
+    Returns the paths changed, sorted."""
     changed = differences(manifest, {})
     if check_mode:
         return changed
+    states = {path: manifest["files"].get(path, {"present": False}) for path in changed}
+    contents = {path: _saved_copy(store, path, state) for path, state in states.items() if state["present"]}
     for path in changed:
-        state = manifest["files"].get(path, {"present": False})
+        state = states[path]
         if not state["present"]:
             if os.path.lexists(path):
                 os.unlink(path)
             continue
-        blob = os.path.join(store, BLOBS, state["sha256"])
-        try:
-            with open(blob, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            raise LastGoodError("the saved copy of %s (%s) cannot be read (%s): the last-known-good is damaged; "
-                                "deploy a known configuration with deploy.yml" % (path, blob, exc)) from None
-        if hashlib.sha256(data).hexdigest() != state["sha256"]:
-            raise LastGoodError("the saved copy of %s (%s) is damaged (its digest differs): deploy a known "
-                                "configuration with deploy.yml" % (path, blob))
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        _write_atomic(path, data, state["mode"], state["uid"], state["gid"])
+        _write_atomic(path, contents[path], state["mode"], state["uid"], state["gid"])
     return changed
 
 

@@ -84,6 +84,17 @@ def help_version(help_text):
     return match.group(1) if match else None
 
 
+def option_name(name):
+    """``name`` as vLLM's own parser reads it (FlexibleArgumentParser.parse_args): in a long option,
+    every underscore between the leading ``--`` and the first ``.`` becomes a dash, so
+    ``--max_model_len`` is ``--max-model-len`` and ``--profiler_config.torch_profiler_dir`` is
+    ``--profiler-config.torch_profiler_dir`` (a dotted field keeps its own spelling)."""
+    if not name.startswith("--"):
+        return name
+    option, dot, field = name[2:].partition(".")
+    return "--" + option.replace("_", "-") + dot + field
+
+
 def _suggest(name, known):
     close = difflib.get_close_matches(name, sorted(k for k in known if k.startswith("--")), n=1, cutoff=0.75)
     return " (did you mean %s?)" % close[0] if close else ""
@@ -91,17 +102,20 @@ def _suggest(name, known):
 
 def problems(argv, known, fields):
     """What of the command line ``argv`` (``[executable, "serve", MODEL, ...]``) the release does not
-    take: one sentence per argument, naming it. ``fields`` maps a JSON config argument
-    (``--profiler-config``) to its release's field names (None: not listed, not checked)."""
+    take: one sentence per argument, naming it as written; an underscore spelling vLLM accepts
+    (``--max_model_len``) is checked as the dashed one it reads (``option_name``). ``fields`` maps a
+    JSON config argument (``--profiler-config``) to its release's field names (None: not listed, not
+    checked)."""
     args = argv[3:] if len(argv) > 1 and argv[1] == "serve" else argv[1:]
     out = []
     for i, token in enumerate(args):
         if not token.startswith("-") or _NUMBER.match(token) or token == "-":
             continue
         name, eq, inline = token.partition("=")
-        base, dot, field = name.partition(".")
+        given_base = name.partition(".")[0]
+        base, dot, field = option_name(name).partition(".")
         if base not in known and not (base.startswith("-") and not base.startswith("--") and base[:2] in known):
-            out.append("%s is not an argument of this release%s" % (base, _suggest(base, known)))
+            out.append("%s is not an argument of this release%s" % (given_base, _suggest(base, known)))
             continue
         allowed = fields.get(base)
         if allowed is None:

@@ -160,6 +160,28 @@ def test_a_damaged_blob_is_refused_before_anything_is_written(host):
     assert host["unit"].read_text() == "changed\n"
 
 
+@pytest.mark.parametrize("damage", ["tampered", "missing"])
+def test_a_damaged_second_copy_leaves_the_first_file_unwritten(host, damage):
+    _, manifest = save(host)
+    # Two changed files; restore() goes in path order: unit.env first, then unit.service.
+    host["env"].write_text("NCCL_PROTO=LL128\n")
+    host["unit"].write_text("changed\n")
+    changed = lkg.differences(manifest, lkg.snapshot(host["files"], host["dirs"]))
+    assert changed == [str(host["env"]), str(host["unit"])]
+    blob = Path(host["store"], "blobs", manifest["files"][str(host["unit"])]["sha256"])
+    if damage == "tampered":
+        blob.write_text("tampered\n")
+    else:
+        blob.unlink()
+    with pytest.raises(lkg.LastGoodError) as raised:
+        lkg.restore(host["store"], manifest)
+    message = str(raised.value)
+    assert f"the saved copy of {host['unit']} ({blob})" in message and "nothing was restored" in message
+    assert str(host["env"]) not in message
+    assert host["env"].read_text() == "NCCL_PROTO=LL128\n", "the first file was rewritten before the error"
+    assert host["unit"].read_text() == "changed\n"
+
+
 def test_no_store_means_no_last_known_good(host):
     assert lkg.load(host["store"]) is None
 

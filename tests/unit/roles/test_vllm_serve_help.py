@@ -114,6 +114,22 @@ def test_an_argument_the_release_lacks_is_named_with_the_closest_it_has():
         "--speculative-config is not an argument of this release"]
 
 
+def test_underscore_spellings_vllm_accepts_are_read_as_its_parser_reads_them():
+    # vLLM's FlexibleArgumentParser turns underscores into dashes in the option's name (up to the
+    # first dot; before "=" when there is one): these are the unit's own arguments, respelled.
+    argv = unit_argv("--max_model_len", "32k", "--api_server_count=2", "--compilation_config.level", "3",
+                     "--profiler_config.max_iterations=3", "--profiler_config", '{"torch_profiler_dir": "/t"}')
+    assert lib.problems(argv, KNOWN, FIELDS) == []
+    assert lib.option_name("--profiler_config.torch_profiler_dir") == "--profiler-config.torch_profiler_dir"
+    assert lib.option_name("-tp") == "-tp"
+    # What it does not know is named as the unit spells it, the suggestion as the help does.
+    assert lib.problems(unit_argv("--reasoning_parsr", "kimi_k2", "--profiler_config.max_iteratons=3"),
+                        KNOWN, FIELDS) == [
+        "--reasoning_parsr is not an argument of this release (did you mean --reasoning-parser?)",
+        "--profiler-config field max_iteratons is not a field of this release's ProfilerConfig "
+        "(did you mean max_iterations?)"]
+
+
 def test_a_value_that_starts_with_a_dash_is_not_an_argument():
     assert lib.problems(unit_argv("--max-model-len", "-1"), KNOWN, FIELDS) == []
 
