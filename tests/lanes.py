@@ -33,9 +33,9 @@ PROGRESS_S = 60
 # A command that takes more than this many times its stated cost is named at the end.
 OVER = 1.25
 # pytest's summary line ("= 3 passed, 1 skipped in 2.01s =", or quoted in Molecule's verify output).
-SUMMARY = re.compile(r"\b(\d+ (?:passed|failed|skipped|errors?|deselected|xfailed|xpassed)"
-                     r"(?:, \d+ (?:passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?))*) in [\d.]+s\b")
-COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?)")
+_OUTCOMES = r"passed|failed|skipped|errors?|deselected|xfailed|xpassed"
+SUMMARY = re.compile(rf"\b(\d+ (?:{_OUTCOMES})(?:, \d+ (?:{_OUTCOMES}|warnings?))*) in [\d.]+s\b")
+COUNT = re.compile(rf"(\d+) ({_OUTCOMES}|warnings?)")
 
 
 @dataclass
@@ -96,10 +96,11 @@ def cost_table(jobs: list[Job]) -> str:
     line naming those over :data:`OVER` times their cost (``lanes: over its stated cost: ...``)."""
     ran = sorted((j for j in jobs if j.seconds is not None), key=lambda j: -j.seconds)
     width = max([len(j.name) for j in ran] + [5])
+    counts_of = {j.name: pytest_counts(_tail(j.log, 10_000)) if j.log.is_file() else {} for j in ran}
     rows = [f"{'suite':<{width}}  {'stated':>7}  {'measured':>8}  ratio  tests"]
     for j in ran:
         ratio = f"{j.seconds / j.weight:.2f}" if j.weight > 0 else "-"
-        counts = pytest_counts(_tail(j.log, 10_000)) if j.log.is_file() else {}
+        counts = counts_of[j.name]
         tests = ", ".join(f"{n} {k}" for k, n in counts.items() if k != "warnings") or "-"
         rows.append(f"{j.name:<{width}}  {j.weight:>5.0f} s  {j.seconds:>6.0f} s  {ratio:>5}  {tests}")
     stated, measured = sum(j.weight for j in ran), sum(j.seconds for j in ran)
@@ -110,8 +111,8 @@ def cost_table(jobs: list[Job]) -> str:
         rows.append("lanes: over its stated cost (more than " + f"{OVER:g}x; measure it again and state it in the "
                     "Makefile): " + ", ".join(over))
     total: dict[str, int] = {}
-    for j in ran:
-        for k, n in (pytest_counts(_tail(j.log, 10_000)) if j.log.is_file() else {}).items():
+    for counts in counts_of.values():
+        for k, n in counts.items():
             total[k] = total.get(k, 0) + n
     rows.append(f"tests: {total.get('passed', 0)} passed, {total.get('failed', 0) + total.get('errors', 0)} failed"
                 + (f", {total['skipped']} skipped" if total.get("skipped") else ""))
