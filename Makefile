@@ -34,7 +34,7 @@ VLLM_CPU_PYTHON := /usr/bin/python3.11
 VLLM_CPU_MAKE := molecule/vllm_cpu/files/make_venv.sh
 
 # Suites at once (tests/lanes.py; 1: one after another). On this kind of machine (2 CPUs) a Molecule
-# scenario keeps the CPUs about half busy, waiting on loads and stops: two lanes fill them.
+# scenario alone leaves the CPUs idle while it waits on loads and stops: two lanes keep both busy.
 LANES ?= 2
 LANE_LOGS := .lane-logs
 # What each suite costs on this kind of machine, in seconds, measured in two lanes (docs/testing.md):

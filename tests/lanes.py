@@ -2,19 +2,22 @@
 
     python tests/lanes.py --lanes 2 --logs DIR NAME=WEIGHT=COMMAND [...]
 
-Most of a Molecule scenario's time is waiting (the stand-in's model loads, systemd's stops, the
-health waits), not CPU: on this project's 2-CPU machines one scenario keeps the CPUs about half busy,
-so two lanes finish the suite in well under the time of one. Commands are given to lanes longest
+A Molecule scenario alone leaves the CPUs idle while it waits (the stand-in's loads, systemd's stops,
+the health waits); on this project's 2-CPU machines two lanes keep both busy the whole run (sampled:
+99-100%), so they finish well under the time of one, and more would not. Commands are given to lanes longest
 first (WEIGHT: its measured seconds, docs/testing.md), each next one to the lane that frees first.
 Every command's output goes to DIR/NAME.log; a line is printed when one starts, when one ends
-(``cost: NAME N s``), and every minute while any runs. After a failure no new command starts, the
-running ones finish, the failed ones' logs are printed (their last lines), and the exit status is 1.
+(``cost: NAME N s``), and every minute while any runs. A failed command does not stop the others, so
+that one run shows every failure (``--fail-fast``: after a failure no new command starts); the failed
+ones' logs are printed (their last lines), and the exit status is 1.
 
 At the end a table sets each command's measured seconds beside its stated cost (WEIGHT) and its pytest
 counts (from the last summary line pytest wrote in its log, Molecule's verify included), names every
 command that took more than :data:`OVER` times its cost (a suite that grew shows in the run that made
 it grow; its cost in the Makefile is then measured again, docs/testing.md), and adds the counts up in
-pytest's own words: ``tests: N passed, M failed``.
+pytest's own words: ``tests: N passed, M failed``. The very last lines name each failed test with
+pytest's one-line reason (``failed: SUITE: path::test - AssertionError: ...``), since CI shows only
+the end of what a run printed.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ OVER = 1.25
 _OUTCOMES = r"passed|failed|skipped|errors?|deselected|xfailed|xpassed"
 SUMMARY = re.compile(rf"\b(\d+ (?:{_OUTCOMES})(?:, \d+ (?:{_OUTCOMES}|warnings?))*) in [\d.]+s\b")
 COUNT = re.compile(rf"(\d+) ({_OUTCOMES}|warnings?)")
+# pytest's short summary of a failed test ("FAILED path::test - reason"), plain or quoted by Molecule.
+FAILED_TEST = re.compile(r'^\W*(?:FAILED|ERROR) (\S+::\S+.*?)"?,?$')
+ANSI = re.compile(r"\x1b\[[0-9;]*m|\\u001b\[[0-9;]*m")
 
 
 @dataclass
@@ -91,6 +97,16 @@ def pytest_counts(text: str) -> dict[str, int]:
     return counts
 
 
+def failed_tests(text: str) -> list[str]:
+    """Each ``path::test - reason`` of pytest's short summary in ``text``, once each, in order."""
+    found: list[str] = []
+    for line in ANSI.sub("", text).splitlines():
+        match = FAILED_TEST.match(line.strip())
+        if match and match.group(1) not in found:
+            found.append(match.group(1))
+    return found
+
+
 def cost_table(jobs: list[Job]) -> str:
     """Each command's measured seconds against its stated cost, the slowest first, then the sums, and a
     line naming those over :data:`OVER` times their cost (``lanes: over its stated cost: ...``)."""
@@ -119,7 +135,7 @@ def cost_table(jobs: list[Job]) -> str:
     return "\n".join(rows)
 
 
-def run(jobs: list[Job], lanes: int, logs: Path) -> int:
+def run(jobs: list[Job], lanes: int, logs: Path, fail_fast: bool = False) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     queue = order(jobs)
     lock, failed = threading.Lock(), threading.Event()
@@ -143,7 +159,7 @@ def run(jobs: list[Job], lanes: int, logs: Path) -> int:
             job.seconds = time.monotonic() - job.started
             print(f"cost: {job.name} {job.seconds:.0f} s" + ("" if job.rc == 0 else f" (failed, exit {job.rc})"),
                   flush=True)
-            if job.rc != 0:
+            if job.rc != 0 and fail_fast:
                 failed.set()
 
     threads = [threading.Thread(target=lane, args=(i,), daemon=True) for i in range(lanes)]
@@ -164,8 +180,13 @@ def run(jobs: list[Job], lanes: int, logs: Path) -> int:
     print(cost_table(jobs), flush=True)
     skipped = [j.name for j in jobs if j.rc is None]
     if skipped:
-        say("not run after the failure: " + ", ".join(skipped))
-    say(f"{len(jobs) - len(bad) - len(skipped)} of {len(jobs)} passed in {time.monotonic() - t0:.0f} s")
+        say("not run after the failure (--fail-fast): " + ", ".join(skipped))
+    say(f"{len(jobs) - len(bad) - len(skipped)} of {len(jobs)} passed in {time.monotonic() - t0:.0f} s"
+        + (" (failed: " + ", ".join(j.name for j in bad) + ")" if bad else ""))
+    for job in bad:
+        named = failed_tests(job.log.read_text(errors="replace")) if job.log.is_file() else []
+        for test in named or [f"no test named in {job.log}: the command itself failed (its log's end is above)"]:
+            print(f"failed: {job.name}: {test}", flush=True)
     return 1 if bad or skipped else 0
 
 
@@ -173,13 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lanes", type=int, default=2, help="commands at once (1: one after the other)")
     parser.add_argument("--logs", type=Path, required=True, help="directory of the commands' logs")
+    parser.add_argument("--fail-fast", action="store_true",
+                        help="start no new command after one fails (the running ones finish)")
     parser.add_argument("jobs", nargs="+", metavar="NAME=WEIGHT=COMMAND")
     args = parser.parse_args(argv)
     jobs = [parse_job(j) for j in args.jobs]
     lanes = max(1, min(args.lanes, len(jobs)))
     print("lanes: " + "; ".join(f"lane {i + 1}: {', '.join(names)}" for i, names in enumerate(plan(jobs, lanes)))
           + " (by the weights given; a lane takes the next when it frees)", flush=True)
-    return run(jobs, lanes, args.logs)
+    return run(jobs, lanes, args.logs, fail_fast=args.fail_fast)
 
 
 if __name__ == "__main__":

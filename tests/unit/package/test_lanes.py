@@ -25,14 +25,32 @@ def test_every_job_logs_to_its_file_and_its_cost_is_printed(tmp_path, capsys):
     assert "cost: one " in out and "cost: two " in out and "2 of 2 passed" in out
 
 
-def test_after_a_failure_nothing_new_starts_and_the_failed_log_is_printed(tmp_path, capsys):
+def test_with_fail_fast_nothing_new_starts_after_a_failure_and_the_failed_log_is_printed(tmp_path, capsys):
     # One lane: "bad" (the heaviest) runs first and fails, so "late" never starts.
     jobs = ["bad=9=echo the reason; exit 3", f"late=1=touch {tmp_path / 'ran'}"]
-    assert main(["--lanes", "1", "--logs", str(tmp_path), *jobs]) == 1
+    assert main(["--lanes", "1", "--fail-fast", "--logs", str(tmp_path), *jobs]) == 1
     out = capsys.readouterr().out
     assert "cost: bad " in out and "(failed, exit 3)" in out
     assert "===== bad failed (exit 3)" in out and "the reason" in out
-    assert "not run after the failure: late" in out and not (tmp_path / "ran").exists()
+    assert "not run after the failure (--fail-fast): late" in out and not (tmp_path / "ran").exists()
+
+
+def test_a_failure_stops_nothing_else_and_the_last_lines_name_each_failed_test(tmp_path, capsys):
+    # pytest's short summary, plain and as Molecule's verify quotes it (colour codes, JSON quotes).
+    plain = "echo 'FAILED tests/test_a.py::test_one - assert 1 == 2'; echo '= 1 failed in 1.00s ='; exit 1"
+    quoted = ("printf '%s\\n' '  \u2502   \\u001b[31m\"FAILED molecule/s/tests/test_b.py::test_two[podman://h] - "
+              "KeyError: x\",' '\"1 failed, 3 passed in 9.00s\"'; exit 2")
+    jobs = [f"plain=9={plain}", f"quoted=8={quoted}", "bare=7=exit 4", f"late=1=touch {tmp_path / 'ran'}"]
+    assert main(["--lanes", "1", "--logs", str(tmp_path), *jobs]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert (tmp_path / "ran").exists()
+    assert lines[-4].endswith("1 of 4 passed in " + lines[-4].split(" passed in ")[1].split()[0]
+                              + " s (failed: plain, quoted, bare)")
+    assert lines[-3:] == [
+        "failed: plain: tests/test_a.py::test_one - assert 1 == 2",
+        "failed: quoted: molecule/s/tests/test_b.py::test_two[podman://h] - KeyError: x",
+        f"failed: bare: no test named in {tmp_path / 'bare.log'}: the command itself failed (its log's end is above)",
+    ]
 
 
 def test_each_suites_time_is_set_beside_its_stated_cost_and_one_over_it_is_named(tmp_path, capsys):
