@@ -40,6 +40,14 @@ booted() {
     [ "$state" = running ] || [ "$state" = degraded ]
 }
 
+# A container podman records as running (or stopping) whose processes are gone, as after the
+# machine restarted under it: podman can neither reach nor start it, so it is made anew (what the
+# jobs wrote is on the controller, under artifacts/).
+stale() {
+    echo "sandbox: $1 is recorded as $(podman container inspect -f '{{.State.Status}}' "$1") but its processes are gone; making it anew" >&2
+    podman rm -f --time 0 "$1" >/dev/null
+}
+
 up() {
     local name=$1 port=$2 volume
     local volumes=()
@@ -48,14 +56,19 @@ up() {
         volumes+=(--volume "$volume")
     done
     ensure_key
+    if podman container exists "$name"; then
+        case $(podman container inspect -f '{{.State.Status}}' "$name") in
+            running) podman exec "$name" true >/dev/null 2>&1 || stale "$name" ;;
+            created | configured | exited | stopped) podman start "$name" >/dev/null ;;
+            *) stale "$name" ;;
+        esac
+    fi
     if ! podman container exists "$name"; then
         podman run -d --name "$name" --hostname "$name" \
             --systemd=always --cap-add SYS_PTRACE --shm-size 1g \
             --publish "127.0.0.1:$port:22" "${volumes[@]}" \
             --label vllm-ops.sandbox=1 \
             "$image" /sbin/init >/dev/null
-    elif [ "$(podman container inspect -f '{{.State.Running}}' "$name")" != true ]; then
-        podman start "$name" >/dev/null
     fi
     wait_for 60 "systemd boot in $name" booted "$name"
     podman exec -i "$name" bash -s <"$root/molecule/resources/bootstrap.sh" "$(cat "$key.pub")"
