@@ -55,7 +55,8 @@ def test_a_version_on_a_host_whose_executable_does_not_follow_it_is_refused():
                             "0.32.0 and be reported as changed. Nothing was stopped.")
     # The same version, or a host whose executable follows the version, or settings without the executables.
     assert change_errors({"version": "0.32.0"}, fixed) == []
-    follows = {**fixed, "vllm_executable": "/opt/vllm/0.32.0/bin/vllm", "vllm_executable_after": "/opt/vllm/0.0.1/bin/vllm"}
+    follows = {**fixed, "vllm_executable": "/opt/vllm/0.32.0/bin/vllm",
+               "vllm_executable_after": "/opt/vllm/0.0.1/bin/vllm"}
     assert change_errors({"version": "0.0.1"}, follows) == []
     assert change_errors({"version": "0.0.1"}, CURRENT) == []
     # An environment-only change on the fixed host is fine.
