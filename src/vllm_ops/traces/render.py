@@ -279,27 +279,55 @@ def _pace(summary: Mapping) -> list[str]:
     out = ["## Pace: which rank limits the run, and is the capture steady", "",
            "Per rank over its steady decode steps (medians, ms): the host's own time to issue a step (its CPU step "
            "annotation, else its launch span, less its waits for the GPU, plus the gap to the next step), the GPU's "
-           "own work (busy time less waiting for other ranks), the period, and the lead of the host over its GPU "
-           "(GPU step start less host step start) from the first step to the last.", "",
-           "| rank | host per step | GPU per step | period | lead first, last | lead change | steady | bound |",
-           "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+           "own work (busy time less waiting for other ranks), what the GPU needs (its window less the idle where "
+           "the host had not launched the next kernel, less waiting for other ranks: no period can be shorter), the "
+           "period, and the lead of the host over its GPU (GPU step start less host step start) from the first step "
+           "to the last.", "",
+           "| rank | host per step | GPU work per step | GPU need per step | period | lead first, last | lead change "
+           "| steady | bound |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for r, x in ranks.items():
-        gpu = _num(x.get("gpu_ms_per_step")) + (" (at most)" if x.get("gpu_upper_bound") else "")
-        out.append(f"| {r} | {_num(x.get('host_ms_per_step'))} | {gpu} | {_num(x.get('period_ms'))} "
+        most = " (at most)" if x.get("gpu_upper_bound") else ""
+        out.append(f"| {r} | {_num(x.get('host_ms_per_step'))} | {_num(x.get('gpu_ms_per_step'))}{most} "
+                   f"| {_num(x.get('gpu_need_ms_per_step'))}{most} | {_num(x.get('period_ms'))} "
                    f"| {_num(x.get('lead_first_ms'))}, {_num(x.get('lead_last_ms'))} | {_num(x.get('lead_change_ms'))} "
                    f"| {'yes' if x.get('steady') else 'no'} | {x.get('bound') or '-'} |")
     out.append("")
     if p.get("limit") is not None:
-        line = (f"The run's pace is set by rank {p['limit']}'s {p.get('bound') or 'step'}: "
-                f"{_num(p.get('predicted_period_ms'))} ms a step.")
-        if p.get("steady") is False:
-            d = ranks.get(str(p.get("drifting_rank"))) or {}
-            moved = "shrank" if (d.get("lead_change_ms") or 0) < 0 else "grew"
-            line += (f" The capture is not steady: rank {p['drifting_rank']}'s lead over its GPU {moved} by "
-                     f"{_num(abs(d.get('lead_change_ms') or 0))} ms, so the periods measured will not last; a longer "
-                     f"run drifts towards {_num(p.get('predicted_period_ms'))} ms a step.")
-        out += [line, ""]
+        out += [pace_sentence(p), ""]
     return out
+
+
+def pace_sentence(p: Mapping) -> str:
+    """The pace in words (:mod:`.pace`): who sets it, the period predicted, and what the rest of the
+    limit's period is (the GPU's waits)."""
+    ranks = p.get("ranks") or {}
+    x = ranks.get(str(p["limit"])) or {}
+    side = {"host": "host", "gpu": "GPU"}.get(p.get("bound"), "step")
+    need = x.get("need_ms_per_step")
+    line = f"The run's pace is set by rank {p['limit']}'s {side}: it needs {_num(need)} ms a step"
+    gpu_need = x.get("gpu_need_ms_per_step")
+    if p.get("bound") == "host" and gpu_need is not None:
+        line += f" (its GPU {_num(gpu_need)} ms)"
+    if p.get("steady") is False:
+        d = ranks.get(str(p.get("drifting_rank"))) or {}
+        moved = "shrank" if (d.get("lead_change_ms") or 0) < 0 else "grew"
+        line += (f". The capture is not steady: rank {p['drifting_rank']}'s lead over its GPU {moved} by "
+                 f"{_num(abs(d.get('lead_change_ms') or 0))} ms, so the periods measured will not last; a longer "
+                 f"run drifts towards {_num(p.get('predicted_period_ms'))} ms a step.")
+    elif p.get("predicted_period_ms") is not None and need is not None and p["predicted_period_ms"] > need:
+        line += f"; the capture is steady at {_num(p['predicted_period_ms'])} ms a step, and keeps that period."
+    else:
+        line += f"; the capture is steady at {_num(p.get('predicted_period_ms'))} ms a step."
+    waits = x.get("gpu_waits") or {}
+    if waits.get("total_ms"):
+        parts = [(waits.get("for_host_between_steps_ms"), "for its host between steps"),
+                 (waits.get("for_host_in_window_ms"), "for its host inside the window"),
+                 (waits.get("for_other_ranks_ms"), "for other ranks")]
+        line += (f" The rest of rank {p['limit']}'s period (mean {_num(waits['period_ms'])} ms) is its GPU waiting, "
+                 f"{_num(waits['total_ms'])} ms a step: " + ", ".join(f"{_num(v)} ms {w}" for v, w in parts if v)
+                 + " (means over its steady steps).")
+    return line
 
 
 def _coverage(summary: Mapping) -> list[str]:

@@ -468,7 +468,7 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     _check_tp(context.get("tensor_parallel_size"), world, warnings)
     live = [e for e in entries if e["gpu_time_measured"] and e["decode_steps"]]
     steady_rows = {e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE and s["steady"]] for e in live}
-    pace_ = _pace(steady_rows, not cover["complete"])
+    pace_ = _pace(steady_rows, not cover["complete"], {e["rank"]: e["decomposition"] for e in live})
     cover["allreduce_bounds"] = _bounds(live, ranks, steady_rows) if not cover["complete"] else {}
     nothing = findings.nothing_to_judge(ranks, decode_used, decode_pattern is not None, inputs.get("paths") or [],
                                         api, engine)
@@ -485,9 +485,11 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     for reg in found:
         rows = {e["rank"]: [s for s in e["steps"] if s["index"] in set(reg["steps"]) and s["phase"] == DECODE]
                 for e in live if reg.get("rank", e["rank"]) == e["rank"]}
-        reg["verdict"] = verdict.judge({str(k): _decomposition(v_) for k, v_ in rows.items() if _decomposition(v_)},
+        reg_decomp = {k: _decomposition(v_) for k, v_ in rows.items()}
+        reg["verdict"] = verdict.judge({str(k): d_ for k, d_ in reg_decomp.items() if d_},
                                        coll.get("straggler"), ctx, checks["refused"], floor_ratio=floor_ratio,
-                                       pace=_pace(rows, not cover["complete"]), coverage=cover, withheld=withheld,
+                                       pace=_pace(rows, not cover["complete"], reg_decomp), coverage=cover,
+                                       withheld=withheld,
                                        fabric=pcie)
         warnings.append(f"steady state: {reg['count']} of {reg['decode_steps']} decode steps "
                         f"({100 * reg['time_share']:.0f}% of the decode time) left out of the steady figures are a "
@@ -554,9 +556,10 @@ def _ledger(entries: list[dict], coll: Mapping, ctx: Mapping, world: int | None,
     return out
 
 
-def _pace(rows_by_rank: Mapping[int, list[dict]], partial: bool) -> dict:
-    """Each rank's pace over its rows and the group's (:mod:`.pace`)."""
-    per_rank = {r: pace.rank_pace(rows, [exposed_allreduce(s)[1] for s in rows], partial)
+def _pace(rows_by_rank: Mapping[int, list[dict]], partial: bool, decomposition: Mapping[int, dict | None]) -> dict:
+    """Each rank's pace over its rows and the group's (:mod:`.pace`); ``decomposition``: each
+    rank's mean of the same rows (:func:`_decomposition`, computed once by the caller)."""
+    per_rank = {r: pace.rank_pace(rows, [exposed_allreduce(s)[1] for s in rows], partial, decomposition.get(r))
                 for r, rows in sorted(rows_by_rank.items()) if rows}
     return {**pace.group(per_rank), "ranks": {str(r): p for r, p in per_rank.items()}}
 
