@@ -128,9 +128,9 @@ def verdict_sentence(summary: Mapping) -> str:
     if ev.get("allreduce_transfer_ms"):  # none without all-reduce calls (one GPU)
         parts.append(f"all-reduce transfer {_ms(ev['allreduce_transfer_ms'])} ms "
                      f"({100 * ev['allreduce_transfer_ms'] / period:.1f}%)")
-    if ev.get("steady") is not False and ev.get("max_wait_rank") is not None and ev.get("max_wait_ms"):
+    if ev.get("steady") is not False and ev.get("other_wait_rank") is not None and ev.get("other_wait_ms"):
         whom = f" for rank {ev['rank']}" if ev.get("straggler") is not None else ""
-        parts.append(f"rank {ev['max_wait_rank']} waits {_ms(ev['max_wait_ms'])} ms{whom}")
+        parts.append(f"rank {ev['other_wait_rank']} waits {_ms(ev['other_wait_ms'])} ms{whom}")
     if kind == "compute-bound" and ev.get("top_category"):
         parts.append(f"{ev['top_category']} {_ms(ev['top_category_ms'])} ms")
     parts += _ledger_parts(ev, kind)
@@ -391,7 +391,9 @@ def _decomposition(ranks: list) -> list[str]:
     line("period (step start to next step start)", [_num(d["period_ms"]) for _, d in rows])
     for c in cats:
         line(f"compute: {c}", [_num(d["compute_ms"].get(c)) for _, d in rows])
-    line("all-reduce transfer", [_num(d["allreduce_transfer_ms"]) for _, d in rows])
+    line("all-reduce transfer", [_num(d["allreduce_transfer_ms"])
+                                 + ("" if d.get("allreduce_told_apart", True) else " (waiting included: one rank)")
+                                 for _, d in rows])
     line("all-reduce waiting for other ranks", [_num(d["allreduce_wait_ms"]) for _, d in rows])
     line("GPU idle inside the step window", [_num(d["idle_in_window_ms"]) for _, d in rows])
     line("host time outside the window", [_num(d["host_ms"]) for _, d in rows])
@@ -535,11 +537,17 @@ def _collectives(summary: Mapping) -> list[str]:
     for g in groups:
         t, sk, b = g.get("transfer_us") or {}, g.get("skew_us") or {}, g.get("message_bytes") or {}
         last = max((g.get("last_arriver_share") or {}).items(), key=lambda kv: kv[1], default=(None, None))
+        alone = g.get("told_apart") is False
         out.append(f"| {_cell(g.get('group') or '(unnamed)')} | {', '.join(str(x) for x in g.get('ranks', []))} "
                    f"| {_num(g.get('calls_per_step'), 1)} | {_num(b.get('median'), 0)} "
-                   f"| {_num(t.get('median'))}, {_num(t.get('p90'))} | {_floor_cell(g)} | {_num(g.get('busbw_gbps'))} "
+                   f"| {_num(t.get('median'))}, {_num(t.get('p90'))}{' (own kernel time)' if alone else ''} "
+                   f"| {_floor_cell(g)} | {_num(g.get('busbw_gbps'))} "
                    f"| {_num(sk.get('median'), 1)}, {_num(sk.get('p90'), 1)} "
-                   f"| rank {last[0]} ({_pct(last[1])}) |")
+                   f"| {'-' if last[0] is None else f'rank {last[0]} ({_pct(last[1])})'} |")
+    if any(g.get("told_apart") is False for g in groups):
+        out += ["", "A group whose calls only one rank's trace holds: its calls cannot be split into transfer and "
+                    "waiting, so its transfer is that rank's own kernel time, and its waiting, skew, bandwidth and "
+                    "last arriver are not measured."]
     fl = summary.get("allreduce_floor")
     if fl:
         out += ["", f"Floor: `{_cell(fl.get('source'))}`, measured with {fl.get('world_size')} ranks "
@@ -561,8 +569,9 @@ def _collectives(summary: Mapping) -> list[str]:
                      f"{_pct(st['last_arrival_share'])} (threshold {_pct(st['threshold'])}).")]
     waits = coll.get("by_rank") or {}
     if waits:
-        out.append("Waiting per steady step: " + ", ".join(f"rank {k} {_num(v.get('wait_ms_per_step'))} ms"
-                                                          for k, v in waits.items()) + ".")
+        out.append("Waiting per steady step: " + ", ".join(
+            f"rank {k} {_num(v['wait_ms_per_step'])} ms" if v.get("wait_ms_per_step") is not None else
+            f"rank {k} not measured (no other rank of its group)" for k, v in waits.items()) + ".")
     return [*out, ""]
 
 

@@ -13,7 +13,8 @@ The summary (JSON) holds, per rank (``ranks[]``): ``steps[]``, one row per step 
 prefill and mixed) with the figures of :mod:`.timeline` plus ``allreduce_transfer_ms`` and
 ``allreduce_wait_ms`` (sums over the step's calls, :mod:`.collectives`), ``steady`` (false
 for a step the steady-state rule left out) and ``left_out`` (why); ``step_stats`` (median,
-p90, mean, min, max over every decode step) and ``steady_stats`` (over the steady ones);
+p90, mean, min, max over every decode step) and ``steady_stats`` (over the steady ones that
+have a period, :func:`.steady.averaged`, as every steady mean of the page);
 ``decomposition``: the mean steady decode step split into parts that add up to its period
 (``compute_ms`` by category, ``allreduce_transfer_ms``, ``allreduce_wait_ms``,
 ``idle_in_window_ms``, ``host_ms``); ``by_batch_size``. Each step row also carries
@@ -440,9 +441,10 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         entries.append(_rank_entry(r, left_by_rank.get(r["rank"], {}), per_step.get(r["rank"], {})))
     for e in entries:
         if e["steady_steps"] is not None and e["decode_steps"]:
-            wait = [s.get("allreduce_wait_ms") or 0.0 for s in e["steps"] if s["phase"] == DECODE and s["steady"]]
-            if str(e["rank"]) in coll["by_rank"] and wait:
-                coll["by_rank"][str(e["rank"])]["wait_ms_per_step"] = round(fmean(wait), 4)
+            wait = [s.get("allreduce_wait_ms") for s in steady.averaged(e["steps"], e["gpu_time_measured"])]
+            if str(e["rank"]) in coll["by_rank"] and wait:  # not measured where a step's waiting is unknown
+                coll["by_rank"][str(e["rank"])]["wait_ms_per_step"] = (
+                    None if None in wait else round(fmean(wait), 4))
     steady_state = {
         "rule": steady.RULE,
         "outlier_rel": steady.OUTLIER_REL, "first_step_min_steps": steady.FIRST_STEP_MIN_STEPS,
@@ -571,7 +573,7 @@ def _bounds(live: list[dict], ranks: list[dict], steady_rows: Mapping[int, list[
     by_rank = {r["rank"]: r for r in ranks}
     for e in live:
         calls = by_rank[e["rank"]]["set"]["calls"]
-        rows = steady_rows.get(e["rank"]) or []
+        rows = steady.averaged(steady_rows.get(e["rank"]) or [])
         b = collectives.bounds(calls, [s["index"] for s in rows]) if calls is not None else None
         if b is None:
             continue
@@ -657,6 +659,7 @@ def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[f
         s["left_out"] = left.get(s["index"]) if s["phase"] == DECODE else None
     decode = [s for s in rows if s["phase"] == DECODE]
     steady_rows = [s for s in decode if s["steady"]]
+    averaged = steady.averaged(steady_rows, measured)
     entry = {
         "rank": r["rank"], "file": r["file"], "parser": r["parser"], "rank_from": r["rank_from"],
         "device": r["device"], "gpu_kernels": r["gpu_kernels"], "gpu_time_measured": measured,
@@ -665,8 +668,8 @@ def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[f
         "steps_from": st["steps_from"] if rows else None,
         "timeline": r["timeline"] if measured else None,
         "step_stats": {k: steady.stats(s.get(k) for s in decode) for k in STEP_FIGURES} if decode else {},
-        "steady_stats": {k: steady.stats(s.get(k) for s in steady_rows) for k in STEP_FIGURES} if decode else {},
-        "decomposition": _decomposition(steady_rows) if measured else None,
+        "steady_stats": {k: steady.stats(s.get(k) for s in averaged) for k in STEP_FIGURES} if decode else {},
+        "decomposition": _decomposition(averaged) if measured else None,
         "by_batch_size": _by_batch_size(decode),
         "phases": phases.split(rows),
         "steps": rows,
@@ -688,11 +691,15 @@ def _decomposition(rows: list[dict]) -> dict | None:
     """The mean steady decode step, split so that the parts add up to its period (ms):
     compute busy by category, exposed all-reduce split into transfer and waiting in
     proportion to the steps' all-reduce kernel time, GPU idle inside the window, and the
-    period's time outside the window. Over the steady decode steps that have a period."""
+    period's time outside the window. Over the steady decode steps that have a period. Where a
+    step's waiting is unknown (one rank of a group), ``allreduce_told_apart`` is false, the
+    transfer holds the exposed all-reduce whole and ``allreduce_wait_ms`` is null."""
     rows = [s for s in rows if s.get("period_ms") is not None and s.get("window_ms") is not None]
     if not rows:
         return None
     n = len(rows)
+    # one rank of a group (collectives: told_apart false): waiting cannot be told from transfer
+    told = not any(s.get("allreduce_calls") and s.get("allreduce_wait_ms") is None for s in rows)
     compute: dict[str, float] = {}
     transfer = wait = 0.0
     for s in rows:
@@ -710,7 +717,8 @@ def _decomposition(rows: list[dict]) -> dict | None:
         "busy_ms": round(sum(s["busy_ms"] for s in rows) / n, 4),
         "compute_ms": {c: round(v / n, 4) for c, v in compute.items()},
         "allreduce_transfer_ms": round(transfer / n, 4),
-        "allreduce_wait_ms": round(wait / n, 4),
+        "allreduce_wait_ms": round(wait / n, 4) if told else None,
+        "allreduce_told_apart": told,
         "idle_in_window_ms": round(idle, 4),
         "host_ms": round(sum(s["host_ms"] for s in rows) / n, 4),
         "idle_host_share": round(sum(idle_host) / n / idle, 4) if idle > 0 and len(idle_host) == n else None,
@@ -802,7 +810,9 @@ def _allreduce_legacy(entries: list[dict], coll: dict, warnings: list[str]) -> d
     for e in live:
         dec = [s for s in e["steps"] if s["phase"] == DECODE]
         calls.append(sum(s["allreduce_calls"] for s in dec) / len(dec))
-        waits[str(e["rank"])] = round(sum(s["allreduce_wait_ms"] or 0.0 for s in dec) / len(dec), 4)
+        unknown = any(s["allreduce_calls"] and s["allreduce_wait_ms"] is None for s in dec)  # one rank of a group
+        waits[str(e["rank"])] = (None if unknown else
+                                 round(sum(s["allreduce_wait_ms"] or 0.0 for s in dec) / len(dec), 4))
     out.update({"ms_per_step_skew_corrected": round(per_call * fmean(calls), 4), "wait_ms_per_step_by_rank": waits,
                 "calls_matched": matched})
     if len(live) == 1:

@@ -50,6 +50,13 @@ each degraded link's finding, naming its GPU and the rank on it); for a host-bou
 rank whose own link is degraded, and for a communication-bound run with any degraded link, the
 link's check comes first in ``next``.
 
+The evidence's waiting is the decomposition's (exposed all-reduce waiting, one figure for the
+page): ``allreduce_wait_ms_by_rank`` (every rank's; null where waiting cannot be told from
+transfer, on one rank of a group) and ``other_wait_rank``, ``other_wait_ms``, ``other_wait_share``:
+of the ranks other than the verdict's, the one that waits longest (for the verdict's rank, when it
+is the straggler), its waiting and that over its period. (Up to issue 30 these three were named
+``max_wait_*``, which read as the longest wait of any rank beside a rank that waited longer.)
+
 The evidence says whether the capture is steady (``steady``) and, when it is not, the period
 it drifts to (``predicted_period_ms``) and the rank whose lead moved (``drifting_rank``).
 Where the steps are ProfilerStep#N spans of a trace that is no inference engine's
@@ -118,7 +125,8 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
     paces = pace.get("ranks") or {}
     named = straggler.get("rank") if straggler and straggler.get("named") else None
     idle = {r: (d["idle_in_window_ms"] + d["host_ms"]) / d["period_ms"] for r, d in usable.items()}
-    wait = {r: d["allreduce_wait_ms"] / d["period_ms"] for r, d in usable.items()}
+    # waiting for other ranks, where it can be told from transfer (not on one rank of a group)
+    wait = {r: d["allreduce_wait_ms"] / d["period_ms"] for r, d in usable.items() if d["allreduce_wait_ms"] is not None}
     transfer = {r: d["allreduce_transfer_ms"] / d["period_ms"] for r, d in usable.items()}
     limit = pace.get("limit")
     if limit is not None and str(limit) in usable and pace.get("bound"):
@@ -133,7 +141,8 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         "gpu_idle_share_by_rank": {r: _r(v) for r, v in sorted(idle.items())},
         "idle_host_share_of_idle": d.get("idle_host_share"),
         "allreduce_transfer_ms": d["allreduce_transfer_ms"], "allreduce_transfer_share": _r(transfer[candidate]),
-        "max_wait_rank": None, "max_wait_ms": None, "max_wait_share": None,
+        "allreduce_wait_ms_by_rank": {r: d["allreduce_wait_ms"] for r, d in sorted(usable.items())},
+        "other_wait_rank": None, "other_wait_ms": None, "other_wait_share": None,
         "straggler": named, "straggler_last_share": straggler.get("last_arrival_share") if straggler else None,
         "allreduce_floor_ratio": floor_ratio,
         "bound": own.get("bound"), "host_ms_per_step": own.get("host_ms_per_step"),
@@ -149,8 +158,8 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
     others = {r: w for r, w in wait.items() if r != candidate}
     if others:
         worst = max(others, key=others.get)
-        ev.update(max_wait_rank=int(worst), max_wait_ms=usable[worst]["allreduce_wait_ms"],
-                  max_wait_share=_r(others[worst]))
+        ev.update(other_wait_rank=int(worst), other_wait_ms=usable[worst]["allreduce_wait_ms"],
+                  other_wait_share=_r(others[worst]))
     mean_transfer = sum(transfer.values()) / len(transfer)
     ev["mean_transfer_share"] = _r(mean_transfer)
     compute = {c: ms for c, ms in d["compute_ms"].items()}
@@ -240,8 +249,8 @@ def _partial(out: dict, coverage: Mapping, paces: Mapping, context: Mapping) -> 
               world_size=coverage.get("world_size"), allreduce_low_ms=b.get("low_ms_per_step"),
               allreduce_high_ms=b.get("high_ms_per_step"), allreduce_low_share=b.get("low_share"),
               allreduce_high_share=b.get("high_share"))
-    for k in ("allreduce_transfer_ms", "allreduce_transfer_share", "mean_transfer_share", "max_wait_rank",
-              "max_wait_ms", "max_wait_share", "straggler", "straggler_last_share"):
+    for k in ("allreduce_transfer_ms", "allreduce_transfer_share", "mean_transfer_share", "other_wait_rank",
+              "other_wait_ms", "other_wait_share", "straggler", "straggler_last_share", "allreduce_wait_ms_by_rank"):
         ev[k] = None  # what one rank of a group cannot tell
     missing = coverage.get("missing") or []
     fetch = "; ".join(f"rank {f['rank']}: {f['glob']}" for f in (coverage.get("fetch") or [])[:4])

@@ -15,6 +15,7 @@ import statistics
 from itertools import pairwise
 
 import pytest
+import test_trace_traffic
 from test_trace_traffic import POST_US, PRE_US, TRAFFIC, build, window_us
 
 from vllm_ops.traces import summarize, to_markdown
@@ -97,3 +98,29 @@ def test_a_steady_capture_keeps_its_period_and_the_rest_is_said(write_trace, tmp
     assert f"the capture is steady at {period:.3f} ms a step" in text
     assert f"is its GPU waiting, {(PRE_US + POST_US) / 1000:.3f} ms a step: " in text
     assert f"{(PRE_US + POST_US) / 1000:.3f} ms for its host between steps" in text
+
+
+def test_one_rank_of_a_group_says_no_waiting_and_no_last_arriver(write_trace, tmp_path):
+    """Only rank 1 of the TP-2 pair: its calls cannot be split into transfer and waiting, and it
+    is the last arriver of nothing (issue 30, "Why" 8: "all-reduce waiting 0.000" and "last
+    arriver rank 1 (100.0%)" were printed)."""
+    events, _ = build(TRAFFIC)
+    d = tmp_path / "one"
+    write_trace("tp2_rank1.pt.trace.json.gz", events, rank=1, world_size=2, directory=d)
+    s = summarize([str(d)])
+    (g,) = s["collectives"]["groups"]
+    assert g["told_apart"] is False and g["last_arriver_share"] == {} and g["skew_us"] is None
+    assert g["busbw_gbps"] is None
+    e = s["ranks"][0]
+    layers, _gemm, ar_us, _ = test_trace_traffic.SHAPE["decode"]
+    assert e["decomposition"]["allreduce_wait_ms"] is None
+    assert e["decomposition"]["allreduce_transfer_ms"] == pytest.approx(layers * ar_us / 1000, abs=1e-4)
+    assert all(st["allreduce_wait_ms"] is None for st in e["steps"])
+    assert s["collectives"]["by_rank"]["1"]["wait_ms_per_step"] is None
+    assert s["allreduce"]["wait_ms_per_step_by_rank"] == {"1": None}
+    text = to_markdown(s)
+    assert "(100.0%)" not in text and "| rank 1 (" not in text
+    assert "| all-reduce waiting for other ranks | - |" in text
+    assert "| all-reduce waiting | -, - (-) |" in text
+    assert "Waiting per steady step: rank 1 not measured" in text
+    assert "waiting for other ranks, ms per step | 0.000" not in text
