@@ -17,8 +17,16 @@ to the step's period) against its floor; everything above the floor is headroom.
   the definition above (the floor has no term for them): ``other_kernels`` (every other compute
   category), ``allreduce_wait``, ``gpu_idle`` (idle inside the step's GPU window) and ``host``
   (between windows). ``above_floor_ms`` = measured - floor.
+- **Floors only for parts whose kernels were seen.** Where the step's kernels are recorded and it
+  ran none of a part's (no GEMM kernel: ``weights``; no attention kernel: ``kv_cache``), that part's
+  floor is not charged: 0, with why in ``not_charged``. (Up to issue 30 a KV-cache floor was
+  charged beside no attention kernel: ``0.000 / 0.050 / -0.050``.)
+- A part measured below its floor gets no ``above_floor_ms`` (None, why in ``not_measured``), never
+  a negative one; the GEMMs' kind says so for the weights (``below-weight-floor``).
 - **headroom_ms** = period - total floor (``headroom_share`` of the period). Where a floor is not
-  measured, ``headroom_ms`` is None and ``headroom_at_most_ms`` = period - the floors known.
+  measured, ``headroom_ms`` is None and ``headroom_at_most_ms`` = period - the floors known. Where
+  the floors exceed the period, both are None and ``not_measured`` says why: a negative headroom
+  says the inputs do not fit the run, not that the step could be slower.
 - **gemm**: the GEMMs' share of the bandwidth, ``hbm_share`` = weight floor / GEMM time (the
   bandwidth the GEMMs reach, over the device's). ``kind``: ``memory-bound`` when the GEMM time is
   within :data:`MEMORY_BOUND_FACTOR` of the weight floor ("GEMMs at 78% of HBM bandwidth"), not
@@ -149,8 +157,18 @@ def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, 
         missing["bandwidth"] = bw.get("note") or "the device's bandwidth is unknown"
     weights_floor = _ms(reads and reads["weights"], bw.get("gbps"))
     kv_floor = _ms(reads and reads["kv_cache"], bw.get("gbps"))
+    not_charged: dict[str, str] = {}
+    if r["measured"] and not r["graph_kernels_missing"]:  # the step's kernels are all recorded
+        for part, cats, what in (("weights", GEMM_CATEGORIES, "GEMM"), ("kv_cache", ATTENTION_CATEGORIES, "attention")):
+            if not _sum(r["compute_ms"], cats):
+                not_charged[part] = (f"the steady step ran no {what} kernel (by the trace's categories), so no "
+                                     f"{'weight' if part == 'weights' else 'KV-cache'} floor is charged")
+        weights_floor = 0.0 if "weights" in not_charged else weights_floor
+        kv_floor = 0.0 if "kv_cache" in not_charged else kv_floor
     ar = _allreduce_floor(r, floor, missing)
     floors = {"weights": weights_floor, "kv_cache": kv_floor, "allreduce": ar["floor_ms"]}
+    for name in not_charged:
+        missing.pop(name, None)
     for name, value in floors.items():
         if value is None and name not in missing:
             missing[name] = _why(name, reads, bw, missing)
@@ -160,6 +178,7 @@ def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, 
            "bandwidth": bw, "reads": _round_reads(reads), "floors": _round_map(floors), "parts": [],
            "headroom_ms": None, "headroom_share": None, "headroom_at_most_ms": None,
            "gemm": {"kind": "not measured", "why": None}, "levers": [], "not_measured": missing,
+           "not_charged": not_charged,
            "graph_kernels_missing": r["graph_kernels_missing"]}
     if not r["measured"]:
         missing["step"] = r["why"]
@@ -180,15 +199,22 @@ def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, 
     for part in PARTS:
         m = measured[part]
         f = part_floor.get(part, 0.0)
-        row = {"part": part, "measured_ms": _r(m), "floor_ms": _r(f),
-               "above_floor_ms": _r(m - f) if m is not None and f is not None else None}
+        above = m - f if m is not None and f is not None else None
+        if above is not None and above < 0 and _r(above) != 0:
+            missing[f"{part}_above_floor"] = (f"measured {m:.4f} ms, below its floor of {f:.4f} ms: the checkpoint, "
+                                              "the TP size or the bandwidth does not fit this run")
+            above = None
+        row = {"part": part, "measured_ms": _r(m), "floor_ms": _r(f), "above_floor_ms": _r(above)}
         if part == "allreduce_transfer":
             row.update(calls_per_step=ar["calls_per_step"], message_bytes=ar["message_bytes"],
                        floor_us_per_call=ar["floor_us"], floor_how=ar["floor_how"])
         out["parts"].append(row)
     period = r["period_ms"]
     if period is not None:
-        if floors["total"] is not None:
+        if sum(known) > period:
+            missing["headroom"] = (f"the floors ({sum(known):.4f} ms) exceed the period ({period:.4f} ms): the "
+                                   "checkpoint, the TP size or the bandwidth does not fit this run")
+        elif floors["total"] is not None:
             out["headroom_ms"] = _r(period - floors["total"])
             out["headroom_share"] = _r((period - floors["total"]) / period) if period else None
         else:

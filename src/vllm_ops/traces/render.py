@@ -184,6 +184,8 @@ FLOOR_WORDS = {"weights": "weight", "kv_cache": "KV-cache", "allreduce": "all-re
 def _ledger_parts(ev: Mapping, kind: str | None) -> list[str]:
     """What the decode ledger adds to the sentence (the verdict's rank): the GEMMs against the
     weight floor, and the headroom above the step's floor, or the floors it could not measure."""
+    if ev.get("gemm_bound_from") == "intensity":
+        return [f"GEMMs {_ms(ev.get('top_category_ms'))} ms, their floor not measured (no checkpoint)"]
     if "gemm_kind" not in ev:
         return []
     out = []
@@ -452,6 +454,10 @@ def _ledger(summary: Mapping) -> list[str]:
     missing = [(r.get("rank"), k, v) for r in led.get("ranks") or [] for k, v in (r.get("not_measured") or {}).items()]
     if missing:
         out += ["Not measured, and why:", ""] + [f"- rank {rank}, {k}: {_cell(v)}" for rank, k, v in missing] + [""]
+    free = [(r.get("rank"), k, v) for r in led.get("ranks") or [] for k, v in (r.get("not_charged") or {}).items()]
+    if free:
+        out += ["Not charged (floor 0), and why:", ""] + [f"- rank {rank}, {k}: {_cell(v)}"
+                                                          for rank, k, v in free] + [""]
     spots = led.get("blind_spots") or []
     if spots:
         out += ["What the ledger cannot see:", ""] + [f"- {_cell(x)}" for x in spots] + [""]

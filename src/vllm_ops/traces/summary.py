@@ -90,7 +90,21 @@ import numpy as np
 from .. import fabric as fabric_mod
 from .. import ledger as ledger_mod
 from ..allreduce import floor
-from . import collectives, coverage, findings, pace, phases, regimes, runs, sanity, stalls, steady, timeline, verdict
+from . import (
+    collectives,
+    coverage,
+    findings,
+    intensity,
+    pace,
+    phases,
+    regimes,
+    runs,
+    sanity,
+    stalls,
+    steady,
+    timeline,
+    verdict,
+)
 from .annotations import DECODE, MIXED, PREFILL, StepMatcher
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
 from .errors import NotATraceError, TraceInputError
@@ -479,11 +493,13 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     floor_ratio = ratios[0] if ratios else None
     ledger = _ledger(entries, coll, ctx, world, ledger_args, warnings)
     decomp = {str(e["rank"]): e["decomposition"] for e in entries if e.get("decomposition")}
+    bound_by = {str(e["rank"]): e["gemm_intensity"] for e in entries if e.get("gemm_intensity")}
     v = verdict.judge(decomp, coll.get("straggler"), ctx, missing, floor_ratio=floor_ratio, pace=pace_,
                       coverage=cover, withheld=withheld, missing_next=nothing[1] if nothing else None,
-                      ledger=ledger, fabric=pcie)
+                      ledger=ledger, fabric=pcie, intensity=bound_by)
     found = [] if v["kind"] == "inconclusive" and not withheld else regimes.find(
         {e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE] for e in live}, lockstep)
+    device_of = {e["rank"]: e["device"] for e in entries}
     for reg in found:
         rows = {e["rank"]: [s for s in e["steps"] if s["index"] in set(reg["steps"]) and s["phase"] == DECODE]
                 for e in live if reg.get("rank", e["rank"]) == e["rank"]}
@@ -491,7 +507,8 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         reg["verdict"] = verdict.judge({str(k): d_ for k, d_ in reg_decomp.items() if d_},
                                        coll.get("straggler"), ctx, checks["refused"], floor_ratio=floor_ratio,
                                        pace=_pace(rows, not cover["complete"], reg_decomp), coverage=cover,
-                                       withheld=withheld,
+                                       withheld=withheld, intensity={str(k): intensity.gemm_bound(v_, device_of.get(k))
+                                                                     for k, v_ in rows.items()},
                                        fabric=pcie)
         warnings.append(f"steady state: {reg['count']} of {reg['decode_steps']} decode steps "
                         f"({100 * reg['time_share']:.0f}% of the decode time) left out of the steady figures are a "
@@ -670,6 +687,7 @@ def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[f
         "step_stats": {k: steady.stats(s.get(k) for s in decode) for k in STEP_FIGURES} if decode else {},
         "steady_stats": {k: steady.stats(s.get(k) for s in averaged) for k in STEP_FIGURES} if decode else {},
         "decomposition": _decomposition(averaged) if measured else None,
+        "gemm_intensity": intensity.gemm_bound(averaged, r["device"]) if measured else None,
         "by_batch_size": _by_batch_size(decode),
         "phases": phases.split(rows),
         "steps": rows,

@@ -32,9 +32,15 @@ of the rank's mean steady period):
 7. ``memory-bound`` where the category with the most busy time is a GEMM one (``gemm``,
    ``moe_gemm``) and the decode ledger calls that rank's GEMMs memory-bound: their time within
    :data:`vllm_ops.ledger.MEMORY_BOUND_FACTOR` of reading the weights once at the GPU's bandwidth
-   (``hbm_share``, "GEMMs at 78% of HBM bandwidth"). Such GEMMs wait for memory, not for the ALUs.
-8. ``compute-bound`` otherwise, on the category with the most busy time (``category``): without a
-   ledger (no checkpoint given) a GEMM category cannot be told memory-bound, and stays here.
+   (``hbm_share``, "GEMMs at 78% of HBM bandwidth"); or, without a ledger (no checkpoint given),
+   their arithmetic intensity says so (:mod:`.intensity`: so few tokens a step that even 4-bit
+   weights give less FLOP per byte than the GPU's ridge). Such GEMMs wait for memory, not for the
+   ALUs. ``gemm_bound_from`` says which (``ledger`` or ``intensity``); with ``intensity`` the
+   evidence carries ``tokens_per_step``, ``intensity_max_flop_per_byte``, ``ridge_flop_per_byte``
+   and ``checkpoint_adds`` (what the floor would add).
+8. ``compute-bound`` otherwise, on the category with the most busy time (``category``). (Up to
+   issue 30 a batch-1 decode's GEMMs were compute-bound without a checkpoint and memory-bound with
+   one, on the same trace.)
 
 With a ledger (``ledger``: :func:`vllm_ops.ledger.decode_ledger` of the steady step), the evidence
 of the verdict's rank also carries the ledger's figures: ``gemm_kind``, ``hbm_share``, ``gemm_ms``,
@@ -82,6 +88,7 @@ from .. import fabric as fabric_mod
 from ..allreduce.floor import ABOVE_FLOOR, AT_FLOOR
 from ..ledger import MEMORY_BOUND_FACTOR
 from . import experiments
+from . import intensity as intensity_mod
 from . import pace as pace_rules
 
 MIN_STEADY_STEPS = 2
@@ -100,7 +107,7 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
           missing: str | None = None, floor_ratio: float | None = None, pace: Mapping | None = None,
           coverage: Mapping | None = None, withheld: str | None = None,
           missing_next: list[str] | None = None, ledger: Mapping | None = None,
-          fabric: list[Mapping] | None = None) -> dict:
+          fabric: list[Mapping] | None = None, intensity: Mapping | None = None) -> dict:
     """The verdict over the ranks' steady decompositions (``{rank: decomposition}``), their
     pace (:func:`.summary` gives ``{limit, bound, ..., ranks: {rank: pace}}``), the group's
     coverage, and the decode ledger of the steady step and the PCIe findings where given."""
@@ -166,9 +173,16 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
     top = max(compute, key=compute.get) if compute else None
     ev["top_category"], ev["top_category_ms"] = top, compute.get(top) if top else None
     led = _ledger_rank(ledger, candidate)
+    bound_by = (intensity or {}).get(candidate) if led is None and top in GEMM_CATEGORIES else None
     if led is not None:
-        ev.update(_ledger_evidence(led))
+        ev.update(_ledger_evidence(led), gemm_bound_from="ledger")
         base["thresholds"]["memory_bound_factor"] = MEMORY_BOUND_FACTOR
+    elif bound_by and bound_by.get("kind"):
+        ev.update(gemm_bound_from="intensity", tokens_per_step=bound_by["tokens_per_step"],
+                  intensity_max_flop_per_byte=bound_by["intensity_max_flop_per_byte"],
+                  ridge_flop_per_byte=bound_by["ridge_flop_per_byte"], ridge_gpu=bound_by["gpu"],
+                  checkpoint_adds=bound_by["checkpoint_adds"])
+        base["thresholds"].update(intensity_mod.THRESHOLDS)
     links = [{k: f.get(k) for k in LINK_EVIDENCE} for f in fabric or [] if f.get("kind") == "pcie-link-degraded"]
     if links:
         ev["pcie_link"] = links
@@ -182,7 +196,7 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         out.update(kind="imbalanced", rank=int(candidate))
     elif mean_transfer >= COMM_MIN:
         out.update(kind="communication-bound")
-    elif top in GEMM_CATEGORIES and ev.get("gemm_kind") == "memory-bound":
+    elif top in GEMM_CATEGORIES and (ev.get("gemm_kind") == "memory-bound" or ev.get("gemm_bound_from") == "intensity"):
         out.update(kind="memory-bound", rank=int(candidate), category=top)
     else:
         out.update(kind="compute-bound", rank=int(candidate), category=top)
@@ -290,12 +304,17 @@ def _advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
                  "link width and speed, and its position in the topology", None),
                 (f"profile again to see whether rank {rank} is always the late one", None)]
     if kind == "memory-bound":
-        share = (verdict.get("evidence") or {}).get("hbm_share")
-        return [(f"the GEMMs read their weights at {100 * share:.0f}% of HBM bandwidth, so only fewer bytes per "
-                 "token make them faster: more tokens per step for the same weights (more concurrency, speculative "
-                 "decoding)", t("speculative")),
+        ev = verdict.get("evidence") or {}
+        share = ev.get("hbm_share")
+        why = (f"the GEMMs read their weights at {100 * share:.0f}% of HBM bandwidth" if share is not None else
+               f"the GEMMs multiply each weight by {ev.get('tokens_per_step'):g} tokens a step, too few to be bound by "
+               "the ALUs")
+        tail = ([] if share is not None else
+                [(f"pass --checkpoint (the model's directory) for {ev.get('checkpoint_adds')}", None)])
+        return [(f"{why}, so only fewer bytes per token make them faster: more tokens per step for the same weights "
+                 "(more concurrency, speculative decoding)", t("speculative")),
                 ("fewer bytes per weight: a lower-precision checkpoint (FP8, or INT4 with its kernels compared), or "
-                 "more ranks per instance (each reads less, for more all-reduce)", None)]
+                 "more ranks per instance (each reads less, for more all-reduce)", None), *tail]
     ratio = (verdict.get("evidence") or {}).get("allreduce_floor_ratio")
     if kind == "communication-bound" and ratio is not None and ratio <= AT_FLOOR:
         return [(f"all-reduce already runs at the host's measured floor ({ratio:.2f}x): no NCCL setting will help; "
@@ -380,8 +399,15 @@ def describe(verdict: Mapping) -> str:
         words = f"compute-bound ({cat})" if cat else "compute-bound"
     elif kind == "memory-bound":
         share = ev.get("hbm_share")
-        words = (f"memory-bound ({verdict.get('category')} at {100 * share:.0f}% of HBM bandwidth)"
-                 if share is not None else "memory-bound")
+        if share is not None:
+            words = f"memory-bound ({verdict.get('category')} at {100 * share:.0f}% of HBM bandwidth)"
+        elif ev.get("gemm_bound_from") == "intensity":
+            n = ev["tokens_per_step"]
+            words = (f"memory-bound ({verdict.get('category')}: {n:g} token{'' if n == 1 else 's'} a step, at most "
+                     f"{ev['intensity_max_flop_per_byte']:g} FLOP per weight byte against the "
+                     f"{ev.get('ridge_gpu')}'s ridge of {ev['ridge_flop_per_byte']:.0f})")
+        else:
+            words = "memory-bound"
     elif verdict.get("rank") is not None and kind in ("host-bound", "imbalanced"):
         words = f"{kind} on rank {verdict['rank']}"
     return words + (", not steady" if ev.get("steady") is False else "")
