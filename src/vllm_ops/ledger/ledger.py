@@ -35,7 +35,9 @@ to the step's period) against its floor; everything above the floor is headroom.
   :data:`BELOW_FLOOR_TOLERANCE` (the bytes, the TP size or the bandwidth do not fit this run);
   ``not measured`` (with ``why``).
 - **levers**: the :data:`LEVER_COUNT` parts with the most milliseconds above their floor, each
-  with the experiments (``next``) that go after it, for the advisor.
+  with the experiments (``next``) that go after it and fit the model (:mod:`.fit`: no Marlin or
+  MoE kernels for a dense bf16 checkpoint, no all-reduce fusion at TP 1, no "drop
+  --enforce-eager" where graphs ran), for the advisor.
 - **not_measured**: ``{figure: why}``: every figure left None and why. The ledger never guesses:
   kernels replayed from CUDA graphs without per-kernel records leave the kernel parts not
   measured; ``blind_spots`` says what the figures cannot see.
@@ -50,6 +52,7 @@ from collections.abc import Mapping
 from statistics import fmean
 
 from ..allreduce import floor as allreduce_floor_mod
+from . import fit
 from .bandwidth import device_bandwidth
 from .errors import LedgerInputError
 from .inputs import ledger_inputs
@@ -72,24 +75,35 @@ KERNEL_PARTS = ("weights", "kv_cache", "other_kernels")
 # The parts whose floor has a term (the others' floor is 0 by definition).
 FLOORED_PARTS = ("weights", "kv_cache", "allreduce_transfer")
 
-# part -> (what the lever is, the experiments that go after it). One table, for the advisor.
-LEVERS: dict[str, tuple[str, tuple[str, ...]]] = {
+# part -> (what the lever is, the experiments that go after it, each with what it needs of the model
+# and the server: :mod:`.fit`'s needs, so that a dense bf16 TP1 step gets no Marlin, MoE, quantize or
+# all-reduce fusion advice). One table, for the advisor; a lever's ``next`` holds those that fit, in order.
+LEVERS: dict[str, tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
     "weights": ("GEMMs above the weight floor", (
-        "compare the quantized GEMM and MoE kernels (Marlin W4A16 and the alternatives) and their tuning",
-        "more tokens per step for the same weights (more concurrency, speculative decoding)")),
+        ("compare the quantized GEMM and MoE kernels (Marlin W4A16 and the alternatives) and their tuning",
+         ("quantized", "moe")),
+        ("compare the quantized GEMM kernels (Marlin W4A16 and the alternatives for 4-bit weights) and their tuning",
+         ("quantized", "dense")),
+        ("compare the MoE kernels (the fused MoE backend, expert parallelism) and their tuning", ("moe",)),
+        ("more tokens per step for the same weights (more concurrency, speculative decoding)", ()))),
     "kv_cache": ("attention above the KV-cache floor", (
-        "compare attention backends and the KV-cache dtype (--kv-cache-dtype fp8 halves the bytes)",)),
-    "other_kernels": ("kernels outside GEMM and attention (norms, elementwise, quantize, other collectives)", (
-        "fuse them: vLLM's compilation passes (fused norm + quantize, fused all-reduce + norm where supported)",)),
+        ("compare attention backends and the KV-cache dtype (--kv-cache-dtype fp8 halves the bytes)", ()),)),
+    "other_kernels": ("kernels outside GEMM and attention (norms, elementwise and the rest)", (
+        ("fuse them: vLLM's compilation passes (fused norm + quantize, fused all-reduce + norm where supported)",
+         ("quantized", "tp>1")),
+        ("fuse them: vLLM's compilation passes (fused norm + quantize)", ("quantized",)),
+        ("fuse them: vLLM's compilation passes (fused all-reduce + norm where supported)", ("tp>1",)),
+        ("fuse them: vLLM's compilation passes (torch.compile's fusion of norms and pointwise kernels)", ()))),
     "allreduce_transfer": ("all-reduce above the host's measured floor", (
-        "an NCCL sweep against the floor (NCCL_PROTO, NCCL_ALGO, NCCL_MAX_NCHANNELS), pre-screened with "
-        "allreduce_bench", "fewer or larger collectives (speculative decoding, more requests per step)")),
+        ("an NCCL sweep against the floor (NCCL_PROTO, NCCL_ALGO, NCCL_MAX_NCHANNELS), pre-screened with "
+         "allreduce_bench", ()), ("fewer or larger collectives (speculative decoding, more requests per step)", ()))),
     "allreduce_wait": ("waiting in all-reduce for the last rank to arrive", (
-        "find the straggler: the last arriver's host (CPU contention, affinity) and its GPU (clocks, PCIe link)",)),
+        ("find the straggler: the last arriver's host (CPU contention, affinity) and its GPU (clocks, PCIe link)",
+         ()),)),
     "gpu_idle": ("GPU idle inside the step", (
-        "CUDA graphs for the batch sizes served (drop --enforce-eager, cover them in the capture sizes)",
-        "--async-scheduling, to overlap the host's scheduling with the GPU")),
-    "host": ("host time between steps", ("--async-scheduling, to overlap the host's scheduling with the GPU",)),
+        ("CUDA graphs for the batch sizes served (drop --enforce-eager, cover them in the capture sizes)", ("eager",)),
+        ("--async-scheduling, to overlap the host's scheduling with the GPU", ()))),
+    "host": ("host time between steps", (("--async-scheduling, to overlap the host's scheduling with the GPU", ()),)),
 }
 
 BLIND_SPOTS = (
@@ -108,7 +122,8 @@ GRAPH_SPOT = ("kernels replayed from CUDA graphs without per-kernel records: the
 
 def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allreduce_floor: object = None,
                   bandwidth: Mapping | None = None, tokens: int | None = None, key_tokens: int | None = None,
-                  kv_dtype_bytes: int | None = None, tensor_parallel_size: int | None = None) -> dict:
+                  kv_dtype_bytes: int | None = None, tensor_parallel_size: int | None = None,
+                  facts: Mapping | None = None) -> dict:
     """The ledger of the steady decode step, per rank, as data (see the module's docstring).
 
     ``summary``: a trace summary (read through :mod:`.inputs`). ``checkpoint``: the checkpoint's
@@ -120,7 +135,9 @@ def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allred
     neither, vLLM's native form no context lengths; ``key_tokens=0`` for a step that reads no
     KV cache whatever its annotation claims).
     ``kv_dtype_bytes``: the KV cache's element size where the server sets one.
-    ``tensor_parallel_size``: default the summary's. Raises LedgerInputError on bad input."""
+    ``tensor_parallel_size``: default the summary's. ``facts``: what the trace and the checkpoint
+    show of the model (:func:`.fit.facts`; default: the checkpoint's and the TP size), which the
+    levers' experiments must fit. Raises LedgerInputError on bad input."""
     inputs = ledger_inputs(summary)
     if checkpoint is not None:
         check_record(checkpoint)
@@ -131,7 +148,8 @@ def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allred
     for what, value in (("tokens", tokens), ("key_tokens", key_tokens), ("kv_dtype_bytes", kv_dtype_bytes)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise LedgerInputError(f"{what} must be a non-negative integer, got {value!r}")
-    ranks = [_rank_ledger(r, checkpoint, floor, bandwidth, tp, tokens, key_tokens, kv_dtype_bytes)
+    known = dict(facts) if facts is not None else fit.facts(checkpoint, tp)
+    ranks = [_rank_ledger(r, checkpoint, floor, bandwidth, tp, tokens, key_tokens, kv_dtype_bytes, known)
              for r in inputs["ranks"]]
     spots = list(BLIND_SPOTS)
     if checkpoint is not None and not checkpoint.get("error") and checkpoint["routed_experts"]["layers"] and any(
@@ -149,7 +167,7 @@ def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allred
     }
 
 
-def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, kv_dtype_bytes) -> dict:
+def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, kv_dtype_bytes, model) -> dict:
     missing: dict[str, str] = {}
     bw = dict(bandwidth) if bandwidth is not None else device_bandwidth(r["device"], floor)
     reads = _mean_reads(r, checkpoint, tp, tokens, key_tokens, kv_dtype_bytes, missing)
@@ -220,7 +238,7 @@ def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, 
         else:
             out["headroom_at_most_ms"] = _r(period - sum(known))
     out["gemm"] = _gemm(gemm_ms, weights_floor, bw, missing)
-    out["levers"] = _levers(out["parts"], period)
+    out["levers"] = _levers(out["parts"], period, model)
     return out
 
 
@@ -301,7 +319,7 @@ def _gemm(gemm_ms, weights_floor, bw, missing) -> dict:
     return out
 
 
-def _levers(parts: list[dict], period) -> list[dict]:
+def _levers(parts: list[dict], period, known: Mapping) -> list[dict]:
     ranked = sorted((p for p in parts if p["above_floor_ms"] is not None and p["above_floor_ms"] > 0),
                     key=lambda p: (-p["above_floor_ms"], PARTS.index(p["part"])))
     out = []
@@ -309,7 +327,7 @@ def _levers(parts: list[dict], period) -> list[dict]:
         what, experiments = LEVERS[p["part"]]
         out.append({"part": p["part"], "lever": what, "recoverable_ms": p["above_floor_ms"],
                     "share_of_period": _r(p["above_floor_ms"] / period) if period else None,
-                    "next": list(experiments)})
+                    "next": [text for text, needs in experiments if fit.fits(needs, known)]})
     return out
 
 

@@ -491,6 +491,7 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     missing = nothing[0] if nothing else checks["refused"]
     ratios = [g["floor_ratio"] for g in sorted(coll["groups"], key=lambda g: -g["calls"]) if g["floor_ratio"]]
     floor_ratio = ratios[0] if ratios else None
+    ctx["model"] = _facts(entries, ctx, ledger_args.get("checkpoint"))
     ledger = _ledger(entries, coll, ctx, world, ledger_args, warnings)
     decomp = {str(e["rank"]): e["decomposition"] for e in entries if e.get("decomposition")}
     bound_by = {str(e["rank"]): e["gemm_intensity"] for e in entries if e.get("gemm_intensity")}
@@ -566,13 +567,25 @@ def _ledger(entries: list[dict], coll: Mapping, ctx: Mapping, world: int | None,
                               "--tensor-parallel-size N on the command line)")
     partial = {"ranks": entries, "collectives": coll, "context": ctx, "world_size": world}
     out = ledger_mod.decode_ledger(partial, args["checkpoint"], allreduce_floor=args.get("allreduce_floor"),
-                                   tokens=args.get("tokens"), key_tokens=args.get("key_tokens"))
+                                   tokens=args.get("tokens"), key_tokens=args.get("key_tokens"),
+                                   facts=ctx.get("model"))
     for r in out["ranks"]:
         if r["gemm"]["kind"] == "below-weight-floor":
             warnings.append(f"decode ledger: rank {r['rank']}'s GEMMs took {r['gemm']['measured_ms']:.3f} ms a step, "
                             f"less than reading its weights at {r['bandwidth']['gbps']:.0f} GB/s allows "
                             f"({r['gemm']['floor_ms']:.3f} ms): {r['gemm']['why']}.")
     return out
+
+
+def _facts(entries: list[dict], ctx: Mapping, checkpoint: Mapping | None) -> dict:
+    """What the trace and the checkpoint show of the model, once, for the advice of the verdict, the
+    regimes and the ledger (:func:`vllm_ops.ledger.fit.facts`): MoE and quantize kernels seen in the
+    steady decode steps of the ranks whose kernels are all recorded."""
+    seen = [e["decomposition"] for e in entries if e.get("decomposition") and not e["graph_launches_without_activity"]]
+    moe = any((d["compute_ms"].get("moe_gemm") or 0) > 0 for d in seen) if seen else None
+    quantized = any((d["compute_ms"].get("quantize") or 0) > 0 for d in seen) or any(
+        "marlin" in k["name"].lower() for e in entries for k in e.get("top_kernels") or [])
+    return ledger_mod.fit.facts(checkpoint, ctx.get("tensor_parallel_size"), ctx.get("cuda_graphs"), moe, quantized)
 
 
 def _pace(rows_by_rank: Mapping[int, list[dict]], partial: bool, decomposition: Mapping[int, dict | None]) -> dict:

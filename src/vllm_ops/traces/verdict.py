@@ -86,7 +86,7 @@ from collections.abc import Mapping
 
 from .. import fabric as fabric_mod
 from ..allreduce.floor import ABOVE_FLOOR, AT_FLOOR
-from ..ledger import MEMORY_BOUND_FACTOR
+from ..ledger import MEMORY_BOUND_FACTOR, fit
 from . import experiments
 from . import intensity as intensity_mod
 from . import pace as pace_rules
@@ -293,6 +293,7 @@ def _advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
     rank = verdict.get("rank")
     # The tests are vLLM's arguments and environment: none for another engine's trace.
     vllm = (context.get("engine") or "vllm") == "vllm"
+    model = context.get("model") or {}  # what the trace and the checkpoint show (vllm_ops.ledger.fit)
 
     def t(name: str) -> str | None:
         return name if vllm else None
@@ -313,8 +314,10 @@ def _advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
                 [(f"pass --checkpoint (the model's directory) for {ev.get('checkpoint_adds')}", None)])
         return [(f"{why}, so only fewer bytes per token make them faster: more tokens per step for the same weights "
                  "(more concurrency, speculative decoding)", t("speculative")),
-                ("fewer bytes per weight: a lower-precision checkpoint (FP8, or INT4 with its kernels compared), or "
-                 "more ranks per instance (each reads less, for more all-reduce)", None), *tail]
+                (("fewer bytes per weight: a 4-bit checkpoint (its kernels compared), or more ranks per instance "
+                  "(each reads less, for more all-reduce)") if model.get("quantized") else
+                 ("fewer bytes per weight: a lower-precision checkpoint (FP8, or INT4 with its kernels compared), or "
+                  "more ranks per instance (each reads less, for more all-reduce)"), None), *tail]
     ratio = (verdict.get("evidence") or {}).get("allreduce_floor_ratio")
     if kind == "communication-bound" and ratio is not None and ratio <= AT_FLOOR:
         return [(f"all-reduce already runs at the host's measured floor ({ratio:.2f}x): no NCCL setting will help; "
@@ -337,11 +340,12 @@ def _advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
                 (f"speculative decoding (fewer steps per token), or a smaller TP group{smaller}", t("speculative"))]
     if kind == "compute-bound":
         cat = verdict.get("category")
+        quantized = fit.fits(("quantized",), model)
         hints = {
-            "moe_gemm": ("MoE kernels: compare the MoE backend (Marlin W4A16 and the alternatives) and expert "
-                         "parallelism", None),
-            "gemm": ("dense GEMMs: a larger batch (more concurrency per step) amortizes them; check the "
-                     "quantized kernels chosen", t("max-num-seqs")),
+            "moe_gemm": ("MoE kernels: compare the MoE backend" + (" (Marlin W4A16 and the alternatives)" if quantized
+                                                                   else "") + " and expert parallelism", None),
+            "gemm": ("dense GEMMs: a larger batch (more concurrency per step) amortizes them"
+                     + ("; check the quantized kernels chosen" if quantized else ""), t("max-num-seqs")),
             "attention": ("attention: compare attention backends and the KV-cache dtype", None),
         }
         return [hints.get(cat, (f"the {cat} kernels take most of the step: look at the top kernels", None)),

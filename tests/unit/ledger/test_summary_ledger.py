@@ -121,7 +121,7 @@ def test_a_batch_1_decode_whose_gemms_read_at_78_percent_of_the_bandwidth_is_mem
     assert v["next"][0].startswith("the GEMMs read their weights at 78% of HBM bandwidth")
     levers = led["levers"]
     assert len(levers) == 3 and v["next"][2:] == [
-        f"{LEVERS[lv['part']][0]}: {lv['recoverable_ms']:.2f} ms a step above its floor; {LEVERS[lv['part']][1][0]}"
+        f"{LEVERS[lv['part']][0]}: {lv['recoverable_ms']:.2f} ms a step above its floor; {lv['next'][0]}"
         for lv in levers]
     assert levers[0]["part"] == "weights"  # the GEMMs' 22% above the floor is the largest part over its floor
     assert levers[0]["recoverable_ms"] == pytest.approx(world["gemm_ms"] - world["floor_ms"], abs=1e-3)
@@ -269,3 +269,39 @@ def test_gemms_below_their_floor_get_no_negative_headroom(world):
         assert rank["headroom_ms"] is None and rank["headroom_at_most_ms"] is None
         assert "exceed the period" in rank["not_measured"]["headroom"]
         assert all(p["above_floor_ms"] is None or p["above_floor_ms"] >= 0 for p in rank["parts"])
+
+
+ADVICE_FOR_OTHER_MODELS = ("Marlin", "W4A16", "MoE", "quantiz", "all-reduce + norm", "expert")
+
+
+def test_a_dense_bf16_tp1_checkpoint_gets_advice_that_fits_it(world, tmp_path):
+    """Issue 30, point 6: no Marlin W4A16, MoE, quantized-kernel or all-reduce-fusion advice for a
+    dense bf16 model on one GPU; the checkpoint's record says dense and bf16, the trace TP 1."""
+    floor_ms = 2 * world["weights"] / (SPEC_GBPS * 1e9) * 1e3  # TP 1: one GPU reads every weight
+    gemm_us = floor_ms * 1e3 / SHARE
+    kernels = [k for _ in range(LAYERS) for k in (("rms_norm_kernel", 40 * NORM_US),
+                                                  ("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_NNT", gemm_us / LAYERS))]
+    window = sum(d for _, d in kernels)
+    (tmp_path / "tp1").mkdir()
+    decode_trace(tmp_path / "tp1" / "rank0.pt.trace.json.gz", rank=0, world=1, steps=6, period_us=2 * window,
+                 kernels=kernels, key_tokens=KEY_TOKENS, device=H200)
+    summary = summarize([str(tmp_path / "tp1")], checkpoint=str(world["model"]))
+    model = summary["context"]["model"]
+    assert (model["moe"], model["quantized"], model["tensor_parallel_size"]) == (False, False, 1)
+    assert model["from"] == {"moe": "checkpoint", "quantized": "checkpoint"}
+    v = summary["verdict"]
+    (rank,) = summary["ledger"]["ranks"]
+    assert {lv["part"] for lv in rank["levers"]} >= {"weights", "other_kernels"}  # the levers those texts were on
+    advice = v["next"] + [text for lv in rank["levers"] for text in lv["next"]]
+    shown = to_markdown(summary)
+    for words in ADVICE_FOR_OTHER_MODELS:
+        assert not any(words in text for text in advice), words
+        assert words not in shown.split("Next experiments:")[1].split("Hardware as")[0], words
+    weights = next(lv for lv in rank["levers"] if lv["part"] == "weights")
+    assert weights["next"] == ["more tokens per step for the same weights (more concurrency, speculative decoding)"]
+    # the same levers where nothing is known of the model keep every experiment (advice is dropped on evidence)
+    from vllm_ops.ledger import decode_ledger, load_checkpoint
+
+    unknown = decode_ledger(summary, load_checkpoint(str(world["model"])), tensor_parallel_size=1, facts={})
+    texts = [t for lv in unknown["ranks"][0]["levers"] for t in lv["next"]]
+    assert any("Marlin W4A16" in t for t in texts) and any("all-reduce + norm" in t for t in texts)
