@@ -234,7 +234,17 @@ def _regimes_part(summary: Mapping) -> str:
     what = describe(v) if v.get("kind") != "inconclusive" else "no verdict"
     at = f" at {_ms(r['period_ms'])} ms a step" if r.get("period_ms") is not None else ""
     return (f"; {r['count']} of {r['decode_steps']} decode steps ({100 * r['time_share']:.0f}% of the decode time) "
-            f"run apart: {what}{at}")
+            f"run apart{_graphs_words(r)}: {what}{at}")
+
+
+def _graphs_words(regime: Mapping) -> str:
+    """`` without CUDA graphs (0 graph launches a step; the steady steps 1)`` for a regime of eager
+    steps among graph steps (:mod:`.graphs`), else nothing."""
+    g = regime.get("graphs") or {}
+    if g.get("cause") != "eager":
+        return ""
+    return (f" without CUDA graphs ({_num(g['regime']['launches_per_step'], 0)} graph launches a step; the steady "
+            f"steps {_num(g['steady']['launches_per_step'], 1)})")
 
 
 def _ms(v) -> str:
@@ -365,7 +375,7 @@ def _regimes(summary: Mapping) -> list[str]:
         v = r.get("verdict") or {}
         who = f"rank {r['rank']}: " if "rank" in r else ""
         steps = ", ".join(str(i) for i in r["steps"][:12]) + (", ..." if len(r["steps"]) > 12 else "")
-        out.append(f"- {who}{r['count']} of {r['decode_steps']} decode steps, {r['side']} "
+        out.append(f"- {who}{r['count']} of {r['decode_steps']} decode steps, {r['side']}{_graphs_words(r)} "
                    f"({_pct(r.get('time_share'))} of the decode time; steps {steps}), "
                    f"{_num(r.get('period_ms'))} ms a step: **{_cell(verdict_sentence({'verdict': v}))}**"
                    + (f"; next: {_cell('; '.join(v['next']))}" if v.get("next") else ""))

@@ -29,7 +29,9 @@ left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdic
 * ``pace``: :mod:`.pace` over the steady decode steps: ``ranks`` (each rank's
   ``host_ms_per_step``, ``gpu_ms_per_step``, ``period_ms``, lead figures, ``steady``,
   ``bound``), ``limit``, ``bound``, ``predicted_period_ms``, ``steady``, ``drifting_rank``.
-* ``regimes``: :mod:`.regimes`, each with its own ``verdict``.
+* ``regimes``: :mod:`.regimes`, each with its own ``verdict`` and ``graphs``
+  (:func:`.graphs.contrast`: ``cause`` ``eager`` where its steps ran without CUDA graphs while the
+  steady ones ran in graphs; its verdict's advice is then the capture sizes, not the host).
 * ``stalls``: :mod:`.stalls`: ``steps`` (each ``rank``, ``index``, ``host_ms``,
   ``median_host_ms``, ``ratio``, ``time_share``) and the ``thresholds``; each also a warning.
 * per rank, ``phases``: :mod:`.phases` over every step of the rank (decode, prefill and mixed,
@@ -94,6 +96,7 @@ from . import (
     collectives,
     coverage,
     findings,
+    graphs,
     intensity,
     pace,
     phases,
@@ -505,15 +508,24 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         rows = {e["rank"]: [s for s in e["steps"] if s["index"] in set(reg["steps"]) and s["phase"] == DECODE]
                 for e in live if reg.get("rank", e["rank"]) == e["rank"]}
         reg_decomp = {k: _decomposition(v_) for k, v_ in rows.items()}
+        seen = {r["rank"]: bool(r.get("launch_apis")) for r in ranks}
+        how = [graphs.contrast(v_, steady_rows.get(k) or [], seen.get(k, False)) for k, v_ in rows.items()]
+        reg["graphs"] = how[0] if how and all(h["cause"] == how[0]["cause"] for h in how) else (
+            {"cause": None, "regime": None, "steady": None, "batch_sizes": []})
+        reg_ctx = dict(ctx)
+        if reg["graphs"]["cause"] == "eager":  # the advice for steps that ran outside the graphs
+            reg_ctx.update(cuda_graphs=False, graphs_elsewhere=True, eager_batch_sizes=reg["graphs"]["batch_sizes"])
         reg["verdict"] = verdict.judge({str(k): d_ for k, d_ in reg_decomp.items() if d_},
-                                       coll.get("straggler"), ctx, checks["refused"], floor_ratio=floor_ratio,
+                                       coll.get("straggler"), reg_ctx, checks["refused"], floor_ratio=floor_ratio,
                                        pace=_pace(rows, not cover["complete"], reg_decomp), coverage=cover,
                                        withheld=withheld, intensity={str(k): intensity.gemm_bound(v_, device_of.get(k))
                                                                      for k, v_ in rows.items()},
                                        fabric=pcie)
         warnings.append(f"steady state: {reg['count']} of {reg['decode_steps']} decode steps "
                         f"({100 * reg['time_share']:.0f}% of the decode time) left out of the steady figures are a "
-                        f"regime of their own ({reg['side']} steps): {verdict.describe(reg['verdict'])}.")
+                        f"regime of their own ({reg['side']} steps"
+                        + (", run without CUDA graphs" if reg["graphs"]["cause"] == "eager" else "")
+                        + f"): {verdict.describe(reg['verdict'])}.")
     allreduce = _allreduce_legacy(entries, coll, warnings)
     prefill = [_legacy_phase(r, e, PREFILL) for r, e in zip(ranks, entries, strict=True)
                if any(s["phase"] == PREFILL for s in r["set"]["steps"])]

@@ -376,6 +376,14 @@ def _host_advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | No
     contention = (f"find what slows rank {rank}'s host"
                   + (f" ({mine:.1f} ms a step; the other ranks' {max(others):.1f} ms at most)" if slower else "")
                   + ": CPU contention and affinity of its worker (other processes, NUMA placement; pin the workers)")
+    if context.get("graphs_elsewhere"):  # eager steps among graph steps (.graphs): not the host's contention
+        sizes = context.get("eager_batch_sizes") or []
+        bs = f" ({', '.join(str(b) for b in sizes[:6])})" if sizes else ""
+        how = {"vllm": "vLLM's cudagraph_capture_sizes / max_cudagraph_capture_size in --compilation-config",
+               "sglang": "SGLang's --cuda-graph-max-bs / --cuda-graph-bs"}.get(engine, "the graphs' capture sizes")
+        return [(f"these steps ran without {graphs} while the steady ones ran in graphs: make the capture sizes "
+                 f"cover their batch size{'s' if len(sizes) > 1 else ''}{bs} ({how})", None),
+                (f"if the host is not contended: {overlap}, to overlap scheduling with the GPU", overlap_test)]
     if slower:
         return [(contention, None), (graph_advice, graphs_test) if context.get("cuda_graphs") is False
                 else (f"then {overlap}", overlap_test)]
