@@ -21,7 +21,10 @@ have a period, :func:`.steady.averaged`, as every steady mean of the page);
 ``lead_ms``, ``host_blocked_ms``, ``host_step_ms``, ``host_gap_ms``, ``context_tokens`` and
 ``generation_tokens`` and ``key_tokens`` (:mod:`.timeline`); per rank also
 ``graph_launches`` and ``graph_launches_without_activity`` (graph launches whose kernels the trace
-lacks). Across ranks: ``steady_state`` (the rule, the steps
+lacks), and ``gemm_intensity`` (:func:`.intensity.gemm_bound` over the steady steps: the GEMMs'
+bound by arithmetic intensity, for the verdict without a checkpoint). ``context.model``: what the
+trace and the checkpoint show of the model (:func:`vllm_ops.ledger.fit.facts`), computed once for
+every piece of advice. Across ranks: ``steady_state`` (the rule, the steps
 left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdict`` and
 ``context`` (what the advisor knew of the hardware; also ``engine`` and ``api``,
 :mod:`.findings`), and:
