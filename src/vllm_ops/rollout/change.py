@@ -6,6 +6,12 @@ shape plus ``version``, so that a tune's winner is a change as it stands. ``vers
 over ``vllm_environment`` (a null value removes the variable), ``extra_args`` follow
 ``vllm_extra_args`` (argparse: the last of a repeated option wins). The empty change ``{}`` rolls
 out the settings as the inventory (or the command line) gives them.
+
+A ``version`` takes effect only where the unit's executable follows it (the vllm role's default,
+``<vllm_versions_dir>/<version>/bin/vllm``): ``current`` may carry ``vllm_executable`` (what the unit
+runs now) and ``vllm_executable_after`` (what it would run with the change's version), and a version
+whose executable stays the same is refused, since the host would keep its release and be reported
+as changed.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ def change_errors(change: object, current: Mapping, where: str = "vllm_rollout_c
     if version is not None and not _VERSION.fullmatch(str(version)):
         errors.append(f"{where}.version is {version!r}: it must be a vLLM release such as 0.33.0 "
                       "(it names the version's directory).")
+    elif version is not None:
+        errors += _version_effect_errors(str(version), current, where)
     environment, args = change.get("environment") or {}, change.get("extra_args") or []
     if environment or args:
         variant = {"name": str(change.get("name") or "change"), "environment": environment, "extra_args": args}
@@ -60,6 +68,20 @@ def change_errors(change: object, current: Mapping, where: str = "vllm_rollout_c
         errors.append(f"{where} changes nothing: give a version, environment or extra_args, or {{}} to roll out "
                       "the inventory's settings.")
     return errors
+
+
+def _version_effect_errors(version: str, current: Mapping, where: str) -> list[str]:
+    """The change's ``version`` refused where the unit's executable does not follow ``vllm_version``."""
+    now, after = current.get("vllm_executable"), current.get("vllm_executable_after")
+    if now is None or after is None or version == str(current.get("vllm_version")) or str(now) != str(after):
+        return []
+    installs = current.get("vllm_install_enabled")
+    why = "" if installs is None or installs else " and vllm_install_enabled is false (nothing installs it)"
+    return [f"{where}.version is {version}, but this host runs {now} whatever the version (its vllm_executable "
+            f"does not follow vllm_version{why}): it would keep running vLLM {current.get('vllm_version')} and be "
+            "reported as changed. Nothing was stopped. Either leave version out of the change, or make "
+            "vllm_executable follow the version (the vllm role's default: {{ vllm_venv_dir }}/bin/vllm, "
+            "vllm_venv_dir being <vllm_versions_dir>/<version>)."]
 
 
 def change_text(change: Mapping | None, current: Mapping) -> str:

@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("dir", metavar="DIR", help="the canary's job directory (experiment.json and bench/)")
     g.add_argument("--max-regression-pct", type=float, required=True, metavar="PCT",
                    help="the largest regression allowed, percent (vllm_rollout_max_regression_pct)")
+    g.add_argument("--accept-inconclusive", action="store_true",
+                   help="pass a gate whose noise band is wider than the regression allowed "
+                        "(vllm_rollout_accept_inconclusive); without it such a gate fails")
     a = sub.add_parser("analyze", help="a rollout's directory -> report.json, report.md, the headline last")
     a.add_argument("dir", metavar="DIR", help="the rollout's directory (hosts/*.json)")
     a.add_argument("--hosts", default="", metavar="H1,H2", help="the play's hosts in order (those not reached too)")
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> list[str]:
     """Do one command; return the lines to print, the headline (or the gate's line) last."""
     out = Path(args.dir)
     if args.command == "gate":
-        verdict = gate(load_experiment(out), args.max_regression_pct)
+        verdict = gate(load_experiment(out), args.max_regression_pct, args.accept_inconclusive)
         write_text(out / "gate.json", json.dumps(verdict, indent=2) + "\n")
         return [f"wrote {out / 'gate.json'}", *verdict["warnings"], verdict["line"]]
     hosts = [h for h in args.hosts.split(",") if h]

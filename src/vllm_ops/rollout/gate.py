@@ -18,9 +18,13 @@ The gate, at every concurrency of the load, with ``m`` = ``vllm_rollout_max_regr
 - a point of the change that completed no request regressed ("failed"); a point whose baseline
   completed none cannot be judged, and fails the gate too ("not compared").
 
-The gate passes when no point regressed. A regression inside the noise band is no evidence, so
-where the band is wider than ``m`` the gate cannot see a regression of ``m`` percent: it says so
-(a warning), and more repeats or requests narrow the band.
+The gate passes when no point regressed and every band is narrow enough to see a regression of
+``m`` percent. A regression inside the noise band is no evidence, so where the TPOT or throughput
+band is wider than ``m`` the gate cannot tell: it is **inconclusive** and fails closed (the
+rollout stops, the canary goes back), unless ``accept_inconclusive``
+(``-e vllm_rollout_accept_inconclusive=true``) lets it pass, which its line then says. More
+repeats or requests narrow the band. ``verdict`` is ``passed``, ``regressed``, ``inconclusive`` or
+``passed, inconclusive accepted``.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ def _metric(base: Mapping, point: Mapping, metric: str, worse_sign: int, max_pct
             "change_pct": change, "noise_pct": cmp["noise_pct"], "verdict": cmp["verdict"], "regressed": regressed}
 
 
-def gate(exp: Mapping, max_regression_pct: float) -> dict:
+def gate(exp: Mapping, max_regression_pct: float, accept_inconclusive: bool = False) -> dict:
     """The gate's figures and verdict for one canary's experiment dict (``load_experiment``'s)."""
     if max_regression_pct < 0:
         raise RolloutInputError(f"the largest regression allowed must be 0 or more, got {max_regression_pct}")
@@ -61,7 +65,7 @@ def gate(exp: Mapping, max_regression_pct: float) -> dict:
         raise RolloutInputError(f"{exp['dir']}/experiment.json has no variant named {CHANGE!r}: is this a "
                                 "rollout canary's measurement?")
     variant = changed[0]
-    points, regressions, warnings = [], [], []
+    points, regressions, warnings, inconclusive = [], [], [], []
     for base, point in zip(analysis["baseline"]["points"], variant["points"], strict=True):
         c = point["concurrency"]
         tpot = _metric(base, point, TPOT, +1, max_regression_pct)
@@ -78,21 +82,29 @@ def gate(exp: Mapping, max_regression_pct: float) -> dict:
             if fig["regressed"] and fig["verdict"] != "failed":
                 regressions.append(f"{name} {word} {abs(fig['change_pct']):.1f}% at concurrency {c} "
                                    f"(noise ±{fig['noise_pct']:.1f}%)")
-            if fig["noise_pct"] is not None and fig["noise_pct"] > max_regression_pct:
-                warnings.append(f"at concurrency {c} the {name} noise band (±{fig['noise_pct']:.1f}%) is wider than "
-                                f"the largest regression allowed ({max_regression_pct:g}%): a regression of that size "
-                                "would read as no change; more repeats or requests narrow the band")
+            if fig["noise_pct"] is not None and fig["noise_pct"] > max_regression_pct and not fig["regressed"]:
+                inconclusive.append(f"the {name} noise band at concurrency {c} (±{fig['noise_pct']:.1f}%) is wider "
+                                    f"than the largest regression allowed ({max_regression_pct:g}%)")
         if errors["regressed"]:
             regressions.append(f"failed requests rose from {before:.1f}% to {after:.1f}% at concurrency {c}")
         points.append({"concurrency": c, "status": point["status"], "tpot": tpot, "throughput": thr,
                        "errors": errors, "runs": {"baseline": base["runs"], "change": point["runs"]}})
-    passed = not regressions
+    if regressions:
+        verdict = "regressed"
+    elif inconclusive:
+        verdict = "passed, inconclusive accepted" if accept_inconclusive else "inconclusive"
+    else:
+        verdict = "passed"
+    for reason in inconclusive:
+        warnings.append(f"{reason}: a regression of that size would read as no change; more repeats or requests "
+                        "narrow the band")
     conc = [p["concurrency"] for p in points]
     lo, hi = points[conc.index(min(conc))], points[conc.index(max(conc))]
-    return {"schema": SCHEMA, "host": exp["host"], "id": exp["id"], "passed": passed,
-            "max_regression_pct": max_regression_pct, "noise_floor_pct": exp["noise_floor_pct"],
-            "load": dict(exp["load"]), "points": points, "regressions": regressions, "warnings": warnings,
-            "line": gate_line(exp["host"], lo, hi, points, passed, max_regression_pct, regressions)}
+    return {"schema": SCHEMA, "host": exp["host"], "id": exp["id"], "passed": verdict.startswith("passed"),
+            "verdict": verdict, "max_regression_pct": max_regression_pct, "noise_floor_pct": exp["noise_floor_pct"],
+            "load": dict(exp["load"]), "points": points, "regressions": regressions, "inconclusive": inconclusive,
+            "accept_inconclusive": accept_inconclusive, "warnings": warnings,
+            "line": gate_line(exp["host"], lo, hi, points, verdict, max_regression_pct, regressions, inconclusive)}
 
 
 def _fig(name: str, fig: Mapping, c: int) -> str:
@@ -101,10 +113,11 @@ def _fig(name: str, fig: Mapping, c: int) -> str:
     return f"{name} {fig['change_pct']:+.1f}% (noise ±{fig['noise_pct']:.1f}%) at concurrency {c}"
 
 
-def gate_line(host: str, lo: Mapping, hi: Mapping, points: list, passed: bool, max_pct: float,
-              regressions: list) -> str:
+def gate_line(host: str, lo: Mapping, hi: Mapping, points: list, verdict: str, max_pct: float,
+              regressions: list, inconclusive: list) -> str:
     """``canary H: TPOT +1.2% (noise ±3.0%) at concurrency 1, throughput -0.8% (noise ±2.5%) at concurrency 8,
-    failed requests 0.0% -> 0.0%: passed (at most 5% worse)``; a regression's reasons after ``regressed:``."""
+    failed requests 0.0% -> 0.0%: passed (at most 5% worse)``; a regression's reasons after ``regressed:``,
+    an inconclusive gate's after ``inconclusive:`` with the way to narrow the band or accept it."""
     shares = [(p["errors"]["baseline_pct"], p["errors"]["change_pct"]) for p in points]
     before = max((b for b, _ in shares if b is not None), default=None)
     after = max((a for _, a in shares if a is not None), default=None)
@@ -112,5 +125,14 @@ def gate_line(host: str, lo: Mapping, hi: Mapping, points: list, passed: bool, m
               + (f"{after:.1f}%" if after is not None else "n/a"))
     figures = (f"{_fig('TPOT', lo['tpot'], lo['concurrency'])}, "
                f"{_fig('throughput', hi['throughput'], hi['concurrency'])}")
-    verdict = f"passed (at most {max_pct:g}% worse)" if passed else "regressed: " + "; ".join(regressions)
-    return f"canary {host}: {figures}, {errors}: {verdict}"
+    words = {
+        "passed": f"passed (at most {max_pct:g}% worse)",
+        "regressed": "regressed: " + "; ".join(regressions),
+        "inconclusive": ("inconclusive: " + "; ".join(inconclusive) + ": the gate cannot see a regression of "
+                         f"{max_pct:g}% through that noise. More repeats or requests narrow the band "
+                         "(vllm_rollout_repeats, vllm_rollout_num_prompts); -e vllm_rollout_accept_inconclusive=true "
+                         "lets it pass"),
+        "passed, inconclusive accepted": (f"passed (at most {max_pct:g}% worse), inconclusive accepted "
+                                          "(vllm_rollout_accept_inconclusive): " + "; ".join(inconclusive)),
+    }
+    return f"canary {host}: {figures}, {errors}: {words[verdict]}"

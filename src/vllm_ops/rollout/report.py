@@ -11,7 +11,7 @@ record per host the rollout reached, written by the role once the host is back o
 
 ``outcome`` is where the host ended: ``kept`` (the change passed and is the host's new last-known-good),
 ``refused`` (before anything stopped: the release check or the settings), ``did not load`` (rolled back
-by the vllm role), ``regressed`` (the canary's gate), ``smoke failed`` (a later host's smoke check),
+by the vllm role), ``regressed`` or ``inconclusive`` (the canary's gate), ``smoke failed`` (a later host's smoke check),
 ``failed`` (anything else; the host is on its last-known-good all the same).
 
 Layout (``schema`` ``vllm-ops/rollout-report/1``)::
@@ -25,7 +25,7 @@ Layout (``schema`` ``vllm-ops/rollout-report/1``)::
     headline (str)
 
 ``status`` is the outcome in the report's words: ``changed`` or ``unchanged`` (kept, with or without a
-restart), ``refused (nothing stopped)``, ``rolled back`` (did not load, regressed, smoke failed),
+restart), ``refused (nothing stopped)``, ``rolled back`` (did not load, regressed, inconclusive, smoke failed),
 ``failed``, ``not reached``.
 """
 
@@ -42,8 +42,8 @@ from .errors import RolloutInputError
 __all__ = ["OUTCOMES", "SCHEMA", "build_report", "load_rollout", "status_of"]
 
 SCHEMA = "vllm-ops/rollout-report/1"
-OUTCOMES = ("kept", "refused", "did not load", "regressed", "smoke failed", "failed")
-ROLLED_BACK = ("did not load", "regressed", "smoke failed")
+OUTCOMES = ("kept", "refused", "did not load", "regressed", "inconclusive", "smoke failed", "failed")
+ROLLED_BACK = ("did not load", "regressed", "inconclusive", "smoke failed")
 
 
 def reason_line(error: str | None, limit: int = 240) -> str | None:
@@ -151,8 +151,9 @@ def headline(report: Mapping) -> str:
     parts = []
     if report["stopped"]:
         stop = next(e for e in entries if e["host"] == report["stopped_at"])
-        reason = stop["outcome"] if stop["outcome"] != "regressed" or not gate else "regressed: " + "; ".join(
-            gate["regressions"])
+        reasons = {"regressed": "regressions", "inconclusive": "inconclusive"}.get(stop["outcome"])
+        reason = (stop["outcome"] + ": " + "; ".join(gate[reasons]) if reasons and gate and gate.get(reasons)
+                  else stop["outcome"])
         where = "at the canary " if stop["stage"] == "canary" else "at "
         parts.append(f"rollout {report['id']} stopped {where}{stop['host']} ({reason}): {stop['host']} "
                      f"{stop['status']}, runs {_runs(stop['after'])}")

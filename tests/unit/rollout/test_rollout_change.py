@@ -43,3 +43,21 @@ def test_a_good_change_has_no_errors():
 def test_a_bad_change_is_named(change, expected):
     errors = change_errors(change, CURRENT)
     assert any(e.startswith(expected) for e in errors), errors
+
+
+def test_a_version_on_a_host_whose_executable_does_not_follow_it_is_refused():
+    fixed = {**CURRENT, "vllm_executable": "/opt/vllm-standin/bin/vllm",
+             "vllm_executable_after": "/opt/vllm-standin/bin/vllm", "vllm_install_enabled": False}
+    (error,) = change_errors({"version": "0.0.1"}, fixed)
+    assert error.startswith("vllm_rollout_change.version is 0.0.1, but this host runs /opt/vllm-standin/bin/vllm "
+                            "whatever the version (its vllm_executable does not follow vllm_version and "
+                            "vllm_install_enabled is false (nothing installs it)): it would keep running vLLM "
+                            "0.32.0 and be reported as changed. Nothing was stopped.")
+    # The same version, or a host whose executable follows the version, or settings without the executables.
+    assert change_errors({"version": "0.32.0"}, fixed) == []
+    follows = {**fixed, "vllm_executable": "/opt/vllm/0.32.0/bin/vllm",
+               "vllm_executable_after": "/opt/vllm/0.0.1/bin/vllm"}
+    assert change_errors({"version": "0.0.1"}, follows) == []
+    assert change_errors({"version": "0.0.1"}, CURRENT) == []
+    # An environment-only change on the fixed host is fine.
+    assert change_errors({"environment": {"NCCL_PROTO": "Simple"}}, fixed) == []

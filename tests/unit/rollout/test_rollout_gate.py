@@ -47,13 +47,37 @@ def test_worse_but_within_the_threshold_passes(canary_dir):
     assert verdict["points"][0]["tpot"]["verdict"] == "worse"  # outside the 1% floor, inside the 5% allowed
 
 
-def test_a_regression_inside_a_wide_noise_band_is_no_evidence_and_says_so(canary_dir):
+def test_a_band_wider_than_the_regression_allowed_is_inconclusive_and_fails_closed(canary_dir):
+    # TPOT 10/14/6 before, 11/15/7 after: median 10 -> 11, band (4 + 4) / 10 = 80%, far above the 5% allowed.
     before = {1: [(10.0, 100.0, 16, 0), (14.0, 80.0, 16, 0), (6.0, 120.0, 16, 0)]}
     after = {1: [(11.0, 95.0, 16, 0), (15.0, 75.0, 16, 0), (7.0, 115.0, 16, 0)]}
     verdict = gate(load_experiment(canary_dir(before, after)), 5.0)
-    assert verdict["passed"]
-    assert verdict["warnings"][0].startswith("at concurrency 1 the TPOT noise band (±80.0%) is wider than the largest "
-                                             "regression allowed (5%)")
+    assert not verdict["passed"] and verdict["verdict"] == "inconclusive" and verdict["regressions"] == []
+    tpot_band, thr_band = band([10.0, 14.0, 6.0], [11.0, 15.0, 7.0]), band([100.0, 80.0, 120.0], [95.0, 75.0, 115.0])
+    assert verdict["inconclusive"] == [
+        f"the TPOT noise band at concurrency 1 (±{tpot_band:.1f}%) is wider than the largest regression allowed (5%)",
+        f"the throughput noise band at concurrency 1 (±{thr_band:.1f}%) is wider than the largest regression "
+        "allowed (5%)"]
+    assert verdict["line"].endswith(
+        f"(±{thr_band:.1f}%) is wider than the largest regression allowed (5%): the gate cannot see a regression of "
+        "5% through that noise. More repeats or requests narrow the band (vllm_rollout_repeats, "
+        "vllm_rollout_num_prompts); -e vllm_rollout_accept_inconclusive=true lets it pass")
+    assert verdict["warnings"][0].startswith(
+        "the TPOT noise band at concurrency 1 (±80.0%) is wider than the largest regression allowed (5%): a regression "
+        "of that size would read as no change")
+
+
+def test_an_inconclusive_gate_passes_only_when_accepted_and_says_so(canary_dir):
+    before = {1: [(10.0, 100.0, 16, 0), (14.0, 80.0, 16, 0), (6.0, 120.0, 16, 0)]}
+    after = {1: [(11.0, 95.0, 16, 0), (15.0, 75.0, 16, 0), (7.0, 115.0, 16, 0)]}
+    verdict = gate(load_experiment(canary_dir(before, after)), 5.0, accept_inconclusive=True)
+    assert verdict["passed"] and verdict["verdict"] == "passed, inconclusive accepted"
+    assert ": passed (at most 5% worse), inconclusive accepted (vllm_rollout_accept_inconclusive): the TPOT noise " \
+           "band at concurrency 1 (±80.0%)" in verdict["line"]
+    # A regression beyond a wide band is a regression, accepted or not.
+    slower = {1: [(30.0, 40.0, 16, 0), (34.0, 30.0, 16, 0), (26.0, 50.0, 16, 0)]}
+    verdict = gate(load_experiment(canary_dir(before, slower)), 5.0, accept_inconclusive=True)
+    assert not verdict["passed"] and verdict["verdict"] == "regressed"
 
 
 def test_more_failed_requests_than_allowed_regress(canary_dir):

@@ -45,6 +45,16 @@ def test_a_canary_that_regressed_stops_the_rollout_before_the_others(rollout_dir
         "a rolled back, runs vLLM 0.32.0 (/opt/vllm/0.32.0/bin/vllm); not reached: b; ")
 
 
+def test_an_inconclusive_canary_stops_the_rollout_naming_the_band(rollout_dir):
+    band = "the TPOT noise band at concurrency 1 (±80.0%) is wider than the largest regression allowed (5%)"
+    gate = {**gate_doc(False), "verdict": "inconclusive", "inconclusive": [band]}
+    d = rollout_dir(host_record("a", "canary", "inconclusive", after="0.32.0", error="the gate"), gate=gate)
+    report = build_report(load_rollout(d), ["a", "b"])
+    assert [(e["host"], e["status"]) for e in report["entries"]] == [("a", "rolled back"), ("b", "not reached")]
+    assert report["headline"].startswith(
+        f"rollout 20261201T100000Z stopped at the canary a (inconclusive: {band}): a rolled back, runs vLLM 0.32.0")
+
+
 def test_the_table_says_why_in_one_line():
     error = "Fail: The change did not load on a; rolled back. What failed - x. Last journal lines:\nINFO: ..."
     assert reason_line(error) == "Fail: The change did not load on a; rolled back. What failed - x."
