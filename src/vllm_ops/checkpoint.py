@@ -29,6 +29,8 @@ Figures of :func:`read_checkpoint` (its JSON is what ``capture.json`` keeps as `
   ``bytes_per_expert`` where every expert of every layer has the same size.
 - **embedding.row_bytes** = the embedding's bytes / its rows (the tensor's first dimension,
   else ``vocab_size``): a step reads only the rows of its tokens.
+- **dtypes**: the bytes of the tensors of each safetensors dtype (a bf16 checkpoint holds BF16 and
+  maybe F32; a quantized one F8_*, I8, U8 or packed I32 too).
 - **model**: what ``config.json`` says (its ``text_config`` or ``language_config`` where it
   nests one, as a multimodal model's does): layers, hidden size, vocabulary, dtype; MoE:
   ``routed_experts`` (E: ``n_routed_experts``, ``num_experts`` or ``num_local_experts``),
@@ -239,8 +241,10 @@ def model_figures(config: dict) -> dict:
         dense = first("first_k_dense_replace") or 0
         freq = first("moe_layer_freq") or 1
         moe_layers = [i for i in range(layers) if i >= dense and i % freq == 0]
+    quant = text.get("quantization_config") or config.get("quantization_config")
     out = {
         "config_from": where, "architectures": config.get("architectures"),
+        "quantization": (quant.get("quant_method") or "unnamed") if isinstance(quant, dict) else None,
         "model_type": text.get("model_type") or config.get("model_type"),
         "num_hidden_layers": layers, "hidden_size": first("hidden_size"), "vocab_size": first("vocab_size"),
         "dtype": dtype, "dtype_bytes": dtype_bytes,
@@ -305,6 +309,7 @@ def read_checkpoint(directory: str) -> dict:
     rules = {}
     unclassified = {"tensors": 0, "bytes": 0, "examples": []}
     experts = {}  # layer -> {expert: bytes}
+    dtypes = {}  # dtype -> bytes
     embedding = {"tensors": 0, "bytes": 0, "rows": None}
     files = []
     total = 0
@@ -318,6 +323,7 @@ def read_checkpoint(directory: str) -> dict:
                 raise CheckpointError(f"{os.path.join(directory, name)}: tensor {tname} is also in another file")
             seen.add(tname)
             total += t["bytes"]
+            dtypes[t["dtype"]] = dtypes.get(t["dtype"], 0) + t["bytes"]
             rule, groups = classify(tname, layers)
             if rule is None:
                 unclassified["tensors"] += 1
@@ -347,7 +353,7 @@ def read_checkpoint(directory: str) -> dict:
         warnings.append(f"{unclassified['tensors']} tensor(s), {unclassified['bytes']} bytes, match no rule and "
                         f"are in no part (for example {unclassified['examples'][0]})")
     return {"schema": SCHEMA, "tool": TOOL, "path": directory, "files": files, "tensors": len(seen), "bytes": total,
-            "parts": parts, "rules": rules, "unclassified": unclassified, "routed_experts": routed,
+            "dtypes": dtypes, "parts": parts, "rules": rules, "unclassified": unclassified, "routed_experts": routed,
             "embedding": embedding, "lm_head": lm_head, "model": model, "warnings": warnings}
 
 

@@ -38,7 +38,7 @@ EXAMPLES = r"""
 RETURN = r"""
 checkpoint:
   description:
-    - The checkpoint's record (schema 1, tool C(vllm_ops.checkpoint)) - files, tensors, bytes, parts,
+    - The checkpoint's record (schema 1, tool C(vllm_ops.checkpoint)) - files, tensors, bytes, dtypes, parts,
       rules, unclassified, routed_experts, embedding, lm_head, model, warnings - or, when it could not be
       read, only schema, tool, path and error.
   type: dict

@@ -142,7 +142,8 @@ def steady_figures(summary: Mapping) -> dict:
         "busy_ms": busy,
         "idle_ms": round(period - busy, 4) if period is not None and busy is not None else None,
         "transfer_ms": ev.get("allreduce_transfer_ms"),
-        "wait_ms": ev.get("max_wait_ms"),
+        # another rank's longest wait for the verdict's rank (max_wait_ms in summaries before issue 30)
+        "wait_ms": ev.get("other_wait_ms", ev.get("max_wait_ms")),
     }
 
 

@@ -13,12 +13,27 @@ measured or from the table of known GPUs), ``inputs`` (the one adapter over the 
 docstrings define every figure.
 """
 
+from . import fit
 from .bandwidth import SPEC_GBPS, device_bandwidth
 from .errors import LedgerInputError
 from .inputs import ledger_inputs
 from .ledger import FLOORED_PARTS, GEMM_WORDS, LEVERS, MEMORY_BOUND_FACTOR, PARTS, decode_ledger, describe
 from .reads import expected_experts, load_checkpoint, step_reads
 
-__all__ = ["FLOORED_PARTS", "GEMM_WORDS", "LEVERS", "MEMORY_BOUND_FACTOR", "PARTS", "SPEC_GBPS", "LedgerInputError",
-           "decode_ledger", "describe", "device_bandwidth", "expected_experts", "ledger_inputs", "load_checkpoint",
-           "step_reads"]
+__all__ = [
+           "FLOORED_PARTS",
+           "GEMM_WORDS",
+           "LEVERS",
+           "MEMORY_BOUND_FACTOR",
+           "PARTS",
+           "SPEC_GBPS",
+           "LedgerInputError",
+           "decode_ledger",
+           "describe",
+           "device_bandwidth",
+           "expected_experts",
+           "fit",
+           "ledger_inputs",
+           "load_checkpoint",
+           "step_reads",
+]

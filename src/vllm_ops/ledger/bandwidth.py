@@ -9,6 +9,9 @@ all-reduce floor job measured it, else the vendor's figure for the GPU the trace
 - **spec** (:func:`spec_bandwidth`): :data:`SPEC_GBPS`, the vendors' peak HBM (or GDDR)
   bandwidth by GPU name (first match wins), labelled as such: a measured copy reaches less
   (on one H200, tests/gpu/README.md), so a floor from it is lower than the measured one.
+  The same table gives ``bf16_tflops``, the vendor's dense BF16 tensor-core peak (no
+  sparsity; None where the table does not hold it), for the GEMMs' arithmetic-intensity ridge
+  (:mod:`vllm_ops.traces.intensity`).
 
 :func:`device_bandwidth` returns ``{gbps, source, gpu, how, note}``; ``gbps`` None (and
 ``source`` None) when neither is known: the floors that need it are then not measured.
@@ -27,25 +30,27 @@ class SpecGPU(NamedTuple):
     pattern: str  # searched, case-insensitive, in the GPU name the trace or torch reports
     gbps: float
     memory: str
+    bf16_tflops: float | None = None  # dense BF16 tensor-core peak, 1e12 FLOP/s (no sparsity)
 
 
-# name, pattern, GB/s (1e9 bytes per second), memory. First match wins: the more specific first.
+# name, pattern, GB/s (1e9 bytes per second), memory, dense BF16 TFLOP/s. First match wins: the more
+# specific first.
 SPEC_GBPS: tuple[SpecGPU, ...] = (
-    SpecGPU("H200", r"\bH200\b", 4800.0, "141 GB HBM3e"),
-    SpecGPU("H100 PCIe", r"\bH100\b.*\bPCIe\b", 2000.0, "80 GB HBM2e"),
-    SpecGPU("H100 NVL", r"\bH100 NVL\b", 3900.0, "94 GB HBM3"),
-    SpecGPU("H100 SXM", r"\bH100\b", 3350.0, "80 GB HBM3"),
-    SpecGPU("H20", r"\bH20\b", 4000.0, "96 GB HBM3"),
-    SpecGPU("B200", r"\bB200\b", 8000.0, "180 GB HBM3e"),
-    SpecGPU("A100 80GB PCIe", r"\bA100\b.*80GB.*\bPCIe\b", 1935.0, "80 GB HBM2e"),
-    SpecGPU("A100 80GB SXM", r"\bA100\b.*80GB", 2039.0, "80 GB HBM2e"),
-    SpecGPU("A100 40GB", r"\bA100\b", 1555.0, "40 GB HBM2"),
-    SpecGPU("L40S", r"\bL40S\b", 864.0, "48 GB GDDR6"),
+    SpecGPU("H200", r"\bH200\b", 4800.0, "141 GB HBM3e", 989.0),
+    SpecGPU("H100 PCIe", r"\bH100\b.*\bPCIe\b", 2000.0, "80 GB HBM2e", 756.0),
+    SpecGPU("H100 NVL", r"\bH100 NVL\b", 3900.0, "94 GB HBM3", 835.0),
+    SpecGPU("H100 SXM", r"\bH100\b", 3350.0, "80 GB HBM3", 989.0),
+    SpecGPU("H20", r"\bH20\b", 4000.0, "96 GB HBM3", 148.0),
+    SpecGPU("B200", r"\bB200\b", 8000.0, "180 GB HBM3e", 2250.0),
+    SpecGPU("A100 80GB PCIe", r"\bA100\b.*80GB.*\bPCIe\b", 1935.0, "80 GB HBM2e", 312.0),
+    SpecGPU("A100 80GB SXM", r"\bA100\b.*80GB", 2039.0, "80 GB HBM2e", 312.0),
+    SpecGPU("A100 40GB", r"\bA100\b", 1555.0, "40 GB HBM2", 312.0),
+    SpecGPU("L40S", r"\bL40S\b", 864.0, "48 GB GDDR6", 362.0),
     SpecGPU("L4", r"\bL4\b", 300.0, "24 GB GDDR6"),
     SpecGPU("RTX PRO 6000 Blackwell", r"\bRTX PRO 6000 Blackwell\b", 1792.0, "96 GB GDDR7"),
     SpecGPU("RTX 6000 Ada", r"\bRTX 6000 Ada\b", 960.0, "48 GB GDDR6"),
-    SpecGPU("MI300X", r"\bMI300X\b", 5300.0, "192 GB HBM3"),
-    SpecGPU("MI325X", r"\bMI325X\b", 6000.0, "256 GB HBM3e"),
+    SpecGPU("MI300X", r"\bMI300X\b", 5300.0, "192 GB HBM3", 1307.0),
+    SpecGPU("MI325X", r"\bMI325X\b", 6000.0, "256 GB HBM3e", 1307.0),
 )
 
 

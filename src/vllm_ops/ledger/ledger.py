@@ -17,8 +17,16 @@ to the step's period) against its floor; everything above the floor is headroom.
   the definition above (the floor has no term for them): ``other_kernels`` (every other compute
   category), ``allreduce_wait``, ``gpu_idle`` (idle inside the step's GPU window) and ``host``
   (between windows). ``above_floor_ms`` = measured - floor.
+- **Floors only for parts whose kernels were seen.** Where the step's kernels are recorded and it
+  ran none of a part's (no GEMM kernel: ``weights``; no attention kernel: ``kv_cache``), that part's
+  floor is not charged: 0, with why in ``not_charged``. (Up to issue 30 a KV-cache floor was
+  charged beside no attention kernel: ``0.000 / 0.050 / -0.050``.)
+- A part measured below its floor gets no ``above_floor_ms`` (None, why in ``not_measured``), never
+  a negative one; the GEMMs' kind says so for the weights (``below-weight-floor``).
 - **headroom_ms** = period - total floor (``headroom_share`` of the period). Where a floor is not
-  measured, ``headroom_ms`` is None and ``headroom_at_most_ms`` = period - the floors known.
+  measured, ``headroom_ms`` is None and ``headroom_at_most_ms`` = period - the floors known. Where
+  the floors exceed the period, both are None and ``not_measured`` says why: a negative headroom
+  says the inputs do not fit the run, not that the step could be slower.
 - **gemm**: the GEMMs' share of the bandwidth, ``hbm_share`` = weight floor / GEMM time (the
   bandwidth the GEMMs reach, over the device's). ``kind``: ``memory-bound`` when the GEMM time is
   within :data:`MEMORY_BOUND_FACTOR` of the weight floor ("GEMMs at 78% of HBM bandwidth"), not
@@ -27,7 +35,9 @@ to the step's period) against its floor; everything above the floor is headroom.
   :data:`BELOW_FLOOR_TOLERANCE` (the bytes, the TP size or the bandwidth do not fit this run);
   ``not measured`` (with ``why``).
 - **levers**: the :data:`LEVER_COUNT` parts with the most milliseconds above their floor, each
-  with the experiments (``next``) that go after it, for the advisor.
+  with the experiments (``next``) that go after it and fit the model (:mod:`.fit`: no Marlin or
+  MoE kernels for a dense bf16 checkpoint, no all-reduce fusion at TP 1, no "drop
+  --enforce-eager" where graphs ran), for the advisor.
 - **not_measured**: ``{figure: why}``: every figure left None and why. The ledger never guesses:
   kernels replayed from CUDA graphs without per-kernel records leave the kernel parts not
   measured; ``blind_spots`` says what the figures cannot see.
@@ -42,6 +52,7 @@ from collections.abc import Mapping
 from statistics import fmean
 
 from ..allreduce import floor as allreduce_floor_mod
+from . import fit
 from .bandwidth import device_bandwidth
 from .errors import LedgerInputError
 from .inputs import ledger_inputs
@@ -64,24 +75,35 @@ KERNEL_PARTS = ("weights", "kv_cache", "other_kernels")
 # The parts whose floor has a term (the others' floor is 0 by definition).
 FLOORED_PARTS = ("weights", "kv_cache", "allreduce_transfer")
 
-# part -> (what the lever is, the experiments that go after it). One table, for the advisor.
-LEVERS: dict[str, tuple[str, tuple[str, ...]]] = {
+# part -> (what the lever is, the experiments that go after it, each with what it needs of the model
+# and the server: :mod:`.fit`'s needs, so that a dense bf16 TP1 step gets no Marlin, MoE, quantize or
+# all-reduce fusion advice). One table, for the advisor; a lever's ``next`` holds those that fit, in order.
+LEVERS: dict[str, tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]] = {
     "weights": ("GEMMs above the weight floor", (
-        "compare the quantized GEMM and MoE kernels (Marlin W4A16 and the alternatives) and their tuning",
-        "more tokens per step for the same weights (more concurrency, speculative decoding)")),
+        ("compare the quantized GEMM and MoE kernels (Marlin W4A16 and the alternatives) and their tuning",
+         ("quantized", "moe")),
+        ("compare the quantized GEMM kernels (Marlin W4A16 and the alternatives for 4-bit weights) and their tuning",
+         ("quantized", "dense")),
+        ("compare the MoE kernels (the fused MoE backend, expert parallelism) and their tuning", ("moe",)),
+        ("more tokens per step for the same weights (more concurrency, speculative decoding)", ()))),
     "kv_cache": ("attention above the KV-cache floor", (
-        "compare attention backends and the KV-cache dtype (--kv-cache-dtype fp8 halves the bytes)",)),
-    "other_kernels": ("kernels outside GEMM and attention (norms, elementwise, quantize, other collectives)", (
-        "fuse them: vLLM's compilation passes (fused norm + quantize, fused all-reduce + norm where supported)",)),
+        ("compare attention backends and the KV-cache dtype (--kv-cache-dtype fp8 halves the bytes)", ()),)),
+    "other_kernels": ("kernels outside GEMM and attention (norms, elementwise and the rest)", (
+        ("fuse them: vLLM's compilation passes (fused norm + quantize, fused all-reduce + norm where supported)",
+         ("quantized", "tp>1")),
+        ("fuse them: vLLM's compilation passes (fused norm + quantize)", ("quantized",)),
+        ("fuse them: vLLM's compilation passes (fused all-reduce + norm where supported)", ("tp>1",)),
+        ("fuse them: vLLM's compilation passes (torch.compile's fusion of norms and pointwise kernels)", ()))),
     "allreduce_transfer": ("all-reduce above the host's measured floor", (
-        "an NCCL sweep against the floor (NCCL_PROTO, NCCL_ALGO, NCCL_MAX_NCHANNELS), pre-screened with "
-        "allreduce_bench", "fewer or larger collectives (speculative decoding, more requests per step)")),
+        ("an NCCL sweep against the floor (NCCL_PROTO, NCCL_ALGO, NCCL_MAX_NCHANNELS), pre-screened with "
+         "allreduce_bench", ()), ("fewer or larger collectives (speculative decoding, more requests per step)", ()))),
     "allreduce_wait": ("waiting in all-reduce for the last rank to arrive", (
-        "find the straggler: the last arriver's host (CPU contention, affinity) and its GPU (clocks, PCIe link)",)),
+        ("find the straggler: the last arriver's host (CPU contention, affinity) and its GPU (clocks, PCIe link)",
+         ()),)),
     "gpu_idle": ("GPU idle inside the step", (
-        "CUDA graphs for the batch sizes served (drop --enforce-eager, cover them in the capture sizes)",
-        "--async-scheduling, to overlap the host's scheduling with the GPU")),
-    "host": ("host time between steps", ("--async-scheduling, to overlap the host's scheduling with the GPU",)),
+        ("CUDA graphs for the batch sizes served (drop --enforce-eager, cover them in the capture sizes)", ("eager",)),
+        ("--async-scheduling, to overlap the host's scheduling with the GPU", ()))),
+    "host": ("host time between steps", (("--async-scheduling, to overlap the host's scheduling with the GPU", ()),)),
 }
 
 BLIND_SPOTS = (
@@ -100,7 +122,8 @@ GRAPH_SPOT = ("kernels replayed from CUDA graphs without per-kernel records: the
 
 def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allreduce_floor: object = None,
                   bandwidth: Mapping | None = None, tokens: int | None = None, key_tokens: int | None = None,
-                  kv_dtype_bytes: int | None = None, tensor_parallel_size: int | None = None) -> dict:
+                  kv_dtype_bytes: int | None = None, tensor_parallel_size: int | None = None,
+                  facts: Mapping | None = None) -> dict:
     """The ledger of the steady decode step, per rank, as data (see the module's docstring).
 
     ``summary``: a trace summary (read through :mod:`.inputs`). ``checkpoint``: the checkpoint's
@@ -112,7 +135,9 @@ def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allred
     neither, vLLM's native form no context lengths; ``key_tokens=0`` for a step that reads no
     KV cache whatever its annotation claims).
     ``kv_dtype_bytes``: the KV cache's element size where the server sets one.
-    ``tensor_parallel_size``: default the summary's. Raises LedgerInputError on bad input."""
+    ``tensor_parallel_size``: default the summary's. ``facts``: what the trace and the checkpoint
+    show of the model (:func:`.fit.facts`; default: the checkpoint's and the TP size), which the
+    levers' experiments must fit. Raises LedgerInputError on bad input."""
     inputs = ledger_inputs(summary)
     if checkpoint is not None:
         check_record(checkpoint)
@@ -123,7 +148,8 @@ def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allred
     for what, value in (("tokens", tokens), ("key_tokens", key_tokens), ("kv_dtype_bytes", kv_dtype_bytes)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise LedgerInputError(f"{what} must be a non-negative integer, got {value!r}")
-    ranks = [_rank_ledger(r, checkpoint, floor, bandwidth, tp, tokens, key_tokens, kv_dtype_bytes)
+    known = dict(facts) if facts is not None else fit.facts(checkpoint, tp)
+    ranks = [_rank_ledger(r, checkpoint, floor, bandwidth, tp, tokens, key_tokens, kv_dtype_bytes, known)
              for r in inputs["ranks"]]
     spots = list(BLIND_SPOTS)
     if checkpoint is not None and not checkpoint.get("error") and checkpoint["routed_experts"]["layers"] and any(
@@ -141,7 +167,7 @@ def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allred
     }
 
 
-def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, kv_dtype_bytes) -> dict:
+def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, kv_dtype_bytes, model) -> dict:
     missing: dict[str, str] = {}
     bw = dict(bandwidth) if bandwidth is not None else device_bandwidth(r["device"], floor)
     reads = _mean_reads(r, checkpoint, tp, tokens, key_tokens, kv_dtype_bytes, missing)
@@ -149,8 +175,18 @@ def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, 
         missing["bandwidth"] = bw.get("note") or "the device's bandwidth is unknown"
     weights_floor = _ms(reads and reads["weights"], bw.get("gbps"))
     kv_floor = _ms(reads and reads["kv_cache"], bw.get("gbps"))
+    not_charged: dict[str, str] = {}
+    if r["measured"] and not r["graph_kernels_missing"]:  # the step's kernels are all recorded
+        for part, cats, what in (("weights", GEMM_CATEGORIES, "GEMM"), ("kv_cache", ATTENTION_CATEGORIES, "attention")):
+            if not _sum(r["compute_ms"], cats):
+                not_charged[part] = (f"the steady step ran no {what} kernel (by the trace's categories), so no "
+                                     f"{'weight' if part == 'weights' else 'KV-cache'} floor is charged")
+        weights_floor = 0.0 if "weights" in not_charged else weights_floor
+        kv_floor = 0.0 if "kv_cache" in not_charged else kv_floor
     ar = _allreduce_floor(r, floor, missing)
     floors = {"weights": weights_floor, "kv_cache": kv_floor, "allreduce": ar["floor_ms"]}
+    for name in not_charged:
+        missing.pop(name, None)
     for name, value in floors.items():
         if value is None and name not in missing:
             missing[name] = _why(name, reads, bw, missing)
@@ -160,6 +196,7 @@ def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, 
            "bandwidth": bw, "reads": _round_reads(reads), "floors": _round_map(floors), "parts": [],
            "headroom_ms": None, "headroom_share": None, "headroom_at_most_ms": None,
            "gemm": {"kind": "not measured", "why": None}, "levers": [], "not_measured": missing,
+           "not_charged": not_charged,
            "graph_kernels_missing": r["graph_kernels_missing"]}
     if not r["measured"]:
         missing["step"] = r["why"]
@@ -180,21 +217,28 @@ def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, 
     for part in PARTS:
         m = measured[part]
         f = part_floor.get(part, 0.0)
-        row = {"part": part, "measured_ms": _r(m), "floor_ms": _r(f),
-               "above_floor_ms": _r(m - f) if m is not None and f is not None else None}
+        above = m - f if m is not None and f is not None else None
+        if above is not None and above < 0 and _r(above) != 0:
+            missing[f"{part}_above_floor"] = (f"measured {m:.4f} ms, below its floor of {f:.4f} ms: the checkpoint, "
+                                              "the TP size or the bandwidth does not fit this run")
+            above = None
+        row = {"part": part, "measured_ms": _r(m), "floor_ms": _r(f), "above_floor_ms": _r(above)}
         if part == "allreduce_transfer":
             row.update(calls_per_step=ar["calls_per_step"], message_bytes=ar["message_bytes"],
                        floor_us_per_call=ar["floor_us"], floor_how=ar["floor_how"])
         out["parts"].append(row)
     period = r["period_ms"]
     if period is not None:
-        if floors["total"] is not None:
+        if sum(known) > period:
+            missing["headroom"] = (f"the floors ({sum(known):.4f} ms) exceed the period ({period:.4f} ms): the "
+                                   "checkpoint, the TP size or the bandwidth does not fit this run")
+        elif floors["total"] is not None:
             out["headroom_ms"] = _r(period - floors["total"])
             out["headroom_share"] = _r((period - floors["total"]) / period) if period else None
         else:
             out["headroom_at_most_ms"] = _r(period - sum(known))
     out["gemm"] = _gemm(gemm_ms, weights_floor, bw, missing)
-    out["levers"] = _levers(out["parts"], period)
+    out["levers"] = _levers(out["parts"], period, model)
     return out
 
 
@@ -275,7 +319,7 @@ def _gemm(gemm_ms, weights_floor, bw, missing) -> dict:
     return out
 
 
-def _levers(parts: list[dict], period) -> list[dict]:
+def _levers(parts: list[dict], period, known: Mapping) -> list[dict]:
     ranked = sorted((p for p in parts if p["above_floor_ms"] is not None and p["above_floor_ms"] > 0),
                     key=lambda p: (-p["above_floor_ms"], PARTS.index(p["part"])))
     out = []
@@ -283,7 +327,7 @@ def _levers(parts: list[dict], period) -> list[dict]:
         what, experiments = LEVERS[p["part"]]
         out.append({"part": p["part"], "lever": what, "recoverable_ms": p["above_floor_ms"],
                     "share_of_period": _r(p["above_floor_ms"] / period) if period else None,
-                    "next": list(experiments)})
+                    "next": [text for text, needs in experiments if fit.fits(needs, known)]})
     return out
 
 

@@ -21,6 +21,10 @@ Definitions:
   order from durations needs no clock agreement between ranks (hosts).
 * ``skew_us``: longest minus shortest duration, the time the first arriver waited for
   the last.
+* **One rank of a group** (``told_apart`` false: only one rank's trace holds the group's calls):
+  a call cannot be split, so its ``transfer_us`` is that rank's own kernel time (waiting
+  included) and its waiting, the last arriver, the skew and the bandwidths are null, never a
+  0 or a 100% that one rank alone would give.
 * ``message_bytes``: element count x element size (NCCL's ``In msg nelems`` and
   ``dtype``); null where the trace does not record them.
 * Bandwidths as nccl-tests computes them for all-reduce: ``algbw = bytes / transfer``,
@@ -74,6 +78,7 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int],
     last_total = dict.fromkeys(ranks, 0)
     wait_total = dict.fromkeys(ranks, 0.0)
     matched_total = 0
+    unknown_wait: set[int] = set()
     group_of = {r: np.array(["" if g is None else g for g in calls_by_rank[r]["group"]], dtype=object)
                 for r in ranks}
     name_ids: dict[str, int] = {}
@@ -91,7 +96,8 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int],
                             f"only the first {n_match} of each were matched as collectives.")
         if n_match == 0:
             continue
-        if len(present) < 2:
+        alone = len(present) < 2
+        if alone:
             warnings.append(f"all-reduce group {label}: only rank {present[0]} has a trace with its calls, so "
                             "transfer and waiting cannot be told apart (the transfer shown is that rank's "
                             "own kernel time).")
@@ -116,7 +122,7 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int],
             w_sum = np.bincount(pos, weights=wait[j])
             for s_, t_, w_ in zip(steps_j.tolist(), t_sum.tolist(), w_sum.tolist(), strict=True):
                 a, b = ps.get(s_, (0.0, 0.0))
-                ps[s_] = (a + t_, b + w_)
+                ps[s_] = (a + t_, None if alone or b is None else b + w_)
         ref = present[0]
         steady_ref = steady.get(ref) if isinstance(steady, Mapping) else steady
         in_decode = (np.isin(step[0], list(decode.get(ref) or ())) if decode is not None
@@ -157,12 +163,17 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int],
             "transfer_us_mean": _r(float(np.mean(t_k))),
             "transfer_ms_per_step": _r(float(t_k.sum()) / steps_in / 1000.0, 4) if steps_in else None,
             "transfer_us_total_all_steps": float(transfer.sum()),
-            "algbw_gbps": _r(_nanmedian(algbw), 3),
-            "busbw_gbps": _r(_nanmedian(busbw), 3),
-            "skew_us": _stats(skew),
-            "last_arriver_share": {str(r): round(float(np.mean(last_k == j)), 4) for j, r in enumerate(present)},
+            "algbw_gbps": None if alone else _r(_nanmedian(algbw), 3),
+            "busbw_gbps": None if alone else _r(_nanmedian(busbw), 3),
+            "skew_us": None if alone else _stats(skew),
+            "last_arriver_share": {} if alone else {str(r): round(float(np.mean(last_k == j)), 4)
+                                                    for j, r in enumerate(present)},
+            "told_apart": not alone,
         }
         out["groups"].append(group)
+        if alone:  # nothing to say of arrivals or waiting
+            unknown_wait.update(present)
+            continue
         matched_total += int(keep.sum())
         for j, r in enumerate(present):
             last_total[r] += int(np.sum(last_k == j))
@@ -170,7 +181,7 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int],
     for r in ranks:
         out["by_rank"][str(r)] = {
             "last_arrival_share": round(last_total[r] / matched_total, 4) if matched_total else None,
-            "wait_ms_total": _r(wait_total[r] / 1000.0, 4),
+            "wait_ms_total": None if r in unknown_wait else _r(wait_total[r] / 1000.0, 4),
             "wait_ms_per_step": None,  # the caller's, from its steady steps (the per_step sums are here)
         }
     if matched_total and len(ranks) > 1:

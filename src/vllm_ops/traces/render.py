@@ -128,9 +128,9 @@ def verdict_sentence(summary: Mapping) -> str:
     if ev.get("allreduce_transfer_ms"):  # none without all-reduce calls (one GPU)
         parts.append(f"all-reduce transfer {_ms(ev['allreduce_transfer_ms'])} ms "
                      f"({100 * ev['allreduce_transfer_ms'] / period:.1f}%)")
-    if ev.get("steady") is not False and ev.get("max_wait_rank") is not None and ev.get("max_wait_ms"):
+    if ev.get("steady") is not False and ev.get("other_wait_rank") is not None and ev.get("other_wait_ms"):
         whom = f" for rank {ev['rank']}" if ev.get("straggler") is not None else ""
-        parts.append(f"rank {ev['max_wait_rank']} waits {_ms(ev['max_wait_ms'])} ms{whom}")
+        parts.append(f"rank {ev['other_wait_rank']} waits {_ms(ev['other_wait_ms'])} ms{whom}")
     if kind == "compute-bound" and ev.get("top_category"):
         parts.append(f"{ev['top_category']} {_ms(ev['top_category_ms'])} ms")
     parts += _ledger_parts(ev, kind)
@@ -184,6 +184,8 @@ FLOOR_WORDS = {"weights": "weight", "kv_cache": "KV-cache", "allreduce": "all-re
 def _ledger_parts(ev: Mapping, kind: str | None) -> list[str]:
     """What the decode ledger adds to the sentence (the verdict's rank): the GEMMs against the
     weight floor, and the headroom above the step's floor, or the floors it could not measure."""
+    if ev.get("gemm_bound_from") == "intensity":
+        return [f"GEMMs {_ms(ev.get('top_category_ms'))} ms, their floor not measured (no checkpoint)"]
     if "gemm_kind" not in ev:
         return []
     out = []
@@ -232,7 +234,17 @@ def _regimes_part(summary: Mapping) -> str:
     what = describe(v) if v.get("kind") != "inconclusive" else "no verdict"
     at = f" at {_ms(r['period_ms'])} ms a step" if r.get("period_ms") is not None else ""
     return (f"; {r['count']} of {r['decode_steps']} decode steps ({100 * r['time_share']:.0f}% of the decode time) "
-            f"run apart: {what}{at}")
+            f"run apart{_graphs_words(r)}: {what}{at}")
+
+
+def _graphs_words(regime: Mapping) -> str:
+    """`` without CUDA graphs (0 graph launches a step; the steady steps 1)`` for a regime of eager
+    steps among graph steps (:mod:`.graphs`), else nothing."""
+    g = regime.get("graphs") or {}
+    if g.get("cause") != "eager":
+        return ""
+    return (f" without CUDA graphs ({_num(g['regime']['launches_per_step'], 0)} graph launches a step; the steady "
+            f"steps {_num(g['steady']['launches_per_step'], 1)})")
 
 
 def _ms(v) -> str:
@@ -279,27 +291,55 @@ def _pace(summary: Mapping) -> list[str]:
     out = ["## Pace: which rank limits the run, and is the capture steady", "",
            "Per rank over its steady decode steps (medians, ms): the host's own time to issue a step (its CPU step "
            "annotation, else its launch span, less its waits for the GPU, plus the gap to the next step), the GPU's "
-           "own work (busy time less waiting for other ranks), the period, and the lead of the host over its GPU "
-           "(GPU step start less host step start) from the first step to the last.", "",
-           "| rank | host per step | GPU per step | period | lead first, last | lead change | steady | bound |",
-           "| ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+           "own work (busy time less waiting for other ranks), what the GPU needs (its window less the idle where "
+           "the host had not launched the next kernel, less waiting for other ranks: no period can be shorter), the "
+           "period, and the lead of the host over its GPU (GPU step start less host step start) from the first step "
+           "to the last.", "",
+           "| rank | host per step | GPU work per step | GPU need per step | period | lead first, last | lead change "
+           "| steady | bound |",
+           "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for r, x in ranks.items():
-        gpu = _num(x.get("gpu_ms_per_step")) + (" (at most)" if x.get("gpu_upper_bound") else "")
-        out.append(f"| {r} | {_num(x.get('host_ms_per_step'))} | {gpu} | {_num(x.get('period_ms'))} "
+        most = " (at most)" if x.get("gpu_upper_bound") else ""
+        out.append(f"| {r} | {_num(x.get('host_ms_per_step'))} | {_num(x.get('gpu_ms_per_step'))}{most} "
+                   f"| {_num(x.get('gpu_need_ms_per_step'))}{most} | {_num(x.get('period_ms'))} "
                    f"| {_num(x.get('lead_first_ms'))}, {_num(x.get('lead_last_ms'))} | {_num(x.get('lead_change_ms'))} "
                    f"| {'yes' if x.get('steady') else 'no'} | {x.get('bound') or '-'} |")
     out.append("")
     if p.get("limit") is not None:
-        line = (f"The run's pace is set by rank {p['limit']}'s {p.get('bound') or 'step'}: "
-                f"{_num(p.get('predicted_period_ms'))} ms a step.")
-        if p.get("steady") is False:
-            d = ranks.get(str(p.get("drifting_rank"))) or {}
-            moved = "shrank" if (d.get("lead_change_ms") or 0) < 0 else "grew"
-            line += (f" The capture is not steady: rank {p['drifting_rank']}'s lead over its GPU {moved} by "
-                     f"{_num(abs(d.get('lead_change_ms') or 0))} ms, so the periods measured will not last; a longer "
-                     f"run drifts towards {_num(p.get('predicted_period_ms'))} ms a step.")
-        out += [line, ""]
+        out += [pace_sentence(p), ""]
     return out
+
+
+def pace_sentence(p: Mapping) -> str:
+    """The pace in words (:mod:`.pace`): who sets it, the period predicted, and what the rest of the
+    limit's period is (the GPU's waits)."""
+    ranks = p.get("ranks") or {}
+    x = ranks.get(str(p["limit"])) or {}
+    side = {"host": "host", "gpu": "GPU"}.get(p.get("bound"), "step")
+    need = x.get("need_ms_per_step")
+    line = f"The run's pace is set by rank {p['limit']}'s {side}: it needs {_num(need)} ms a step"
+    gpu_need = x.get("gpu_need_ms_per_step")
+    if p.get("bound") == "host" and gpu_need is not None:
+        line += f" (its GPU {_num(gpu_need)} ms)"
+    if p.get("steady") is False:
+        d = ranks.get(str(p.get("drifting_rank"))) or {}
+        moved = "shrank" if (d.get("lead_change_ms") or 0) < 0 else "grew"
+        line += (f". The capture is not steady: rank {p['drifting_rank']}'s lead over its GPU {moved} by "
+                 f"{_num(abs(d.get('lead_change_ms') or 0))} ms, so the periods measured will not last; a longer "
+                 f"run drifts towards {_num(p.get('predicted_period_ms'))} ms a step.")
+    elif p.get("predicted_period_ms") is not None and need is not None and p["predicted_period_ms"] > need:
+        line += f"; the capture is steady at {_num(p['predicted_period_ms'])} ms a step, and keeps that period."
+    else:
+        line += f"; the capture is steady at {_num(p.get('predicted_period_ms'))} ms a step."
+    waits = x.get("gpu_waits") or {}
+    if waits.get("total_ms"):
+        parts = [(waits.get("for_host_between_steps_ms"), "for its host between steps"),
+                 (waits.get("for_host_in_window_ms"), "for its host inside the window"),
+                 (waits.get("for_other_ranks_ms"), "for other ranks")]
+        line += (f" The rest of rank {p['limit']}'s period (mean {_num(waits['period_ms'])} ms) is its GPU waiting, "
+                 f"{_num(waits['total_ms'])} ms a step: " + ", ".join(f"{_num(v)} ms {w}" for v, w in parts if v)
+                 + " (means over its steady steps).")
+    return line
 
 
 def _coverage(summary: Mapping) -> list[str]:
@@ -335,7 +375,7 @@ def _regimes(summary: Mapping) -> list[str]:
         v = r.get("verdict") or {}
         who = f"rank {r['rank']}: " if "rank" in r else ""
         steps = ", ".join(str(i) for i in r["steps"][:12]) + (", ..." if len(r["steps"]) > 12 else "")
-        out.append(f"- {who}{r['count']} of {r['decode_steps']} decode steps, {r['side']} "
+        out.append(f"- {who}{r['count']} of {r['decode_steps']} decode steps, {r['side']}{_graphs_words(r)} "
                    f"({_pct(r.get('time_share'))} of the decode time; steps {steps}), "
                    f"{_num(r.get('period_ms'))} ms a step: **{_cell(verdict_sentence({'verdict': v}))}**"
                    + (f"; next: {_cell('; '.join(v['next']))}" if v.get("next") else ""))
@@ -363,7 +403,9 @@ def _decomposition(ranks: list) -> list[str]:
     line("period (step start to next step start)", [_num(d["period_ms"]) for _, d in rows])
     for c in cats:
         line(f"compute: {c}", [_num(d["compute_ms"].get(c)) for _, d in rows])
-    line("all-reduce transfer", [_num(d["allreduce_transfer_ms"]) for _, d in rows])
+    line("all-reduce transfer", [_num(d["allreduce_transfer_ms"])
+                                 + ("" if d.get("allreduce_told_apart", True) else " (waiting included: one rank)")
+                                 for _, d in rows])
     line("all-reduce waiting for other ranks", [_num(d["allreduce_wait_ms"]) for _, d in rows])
     line("GPU idle inside the step window", [_num(d["idle_in_window_ms"]) for _, d in rows])
     line("host time outside the window", [_num(d["host_ms"]) for _, d in rows])
@@ -422,6 +464,10 @@ def _ledger(summary: Mapping) -> list[str]:
     missing = [(r.get("rank"), k, v) for r in led.get("ranks") or [] for k, v in (r.get("not_measured") or {}).items()]
     if missing:
         out += ["Not measured, and why:", ""] + [f"- rank {rank}, {k}: {_cell(v)}" for rank, k, v in missing] + [""]
+    free = [(r.get("rank"), k, v) for r in led.get("ranks") or [] for k, v in (r.get("not_charged") or {}).items()]
+    if free:
+        out += ["Not charged (floor 0), and why:", ""] + [f"- rank {rank}, {k}: {_cell(v)}"
+                                                          for rank, k, v in free] + [""]
     spots = led.get("blind_spots") or []
     if spots:
         out += ["What the ledger cannot see:", ""] + [f"- {_cell(x)}" for x in spots] + [""]
@@ -507,11 +553,17 @@ def _collectives(summary: Mapping) -> list[str]:
     for g in groups:
         t, sk, b = g.get("transfer_us") or {}, g.get("skew_us") or {}, g.get("message_bytes") or {}
         last = max((g.get("last_arriver_share") or {}).items(), key=lambda kv: kv[1], default=(None, None))
+        alone = g.get("told_apart") is False
         out.append(f"| {_cell(g.get('group') or '(unnamed)')} | {', '.join(str(x) for x in g.get('ranks', []))} "
                    f"| {_num(g.get('calls_per_step'), 1)} | {_num(b.get('median'), 0)} "
-                   f"| {_num(t.get('median'))}, {_num(t.get('p90'))} | {_floor_cell(g)} | {_num(g.get('busbw_gbps'))} "
+                   f"| {_num(t.get('median'))}, {_num(t.get('p90'))}{' (own kernel time)' if alone else ''} "
+                   f"| {_floor_cell(g)} | {_num(g.get('busbw_gbps'))} "
                    f"| {_num(sk.get('median'), 1)}, {_num(sk.get('p90'), 1)} "
-                   f"| rank {last[0]} ({_pct(last[1])}) |")
+                   f"| {'-' if last[0] is None else f'rank {last[0]} ({_pct(last[1])})'} |")
+    if any(g.get("told_apart") is False for g in groups):
+        out += ["", "A group whose calls only one rank's trace holds: its calls cannot be split into transfer and "
+                    "waiting, so its transfer is that rank's own kernel time, and its waiting, skew, bandwidth and "
+                    "last arriver are not measured."]
     fl = summary.get("allreduce_floor")
     if fl:
         out += ["", f"Floor: `{_cell(fl.get('source'))}`, measured with {fl.get('world_size')} ranks "
@@ -533,8 +585,9 @@ def _collectives(summary: Mapping) -> list[str]:
                      f"{_pct(st['last_arrival_share'])} (threshold {_pct(st['threshold'])}).")]
     waits = coll.get("by_rank") or {}
     if waits:
-        out.append("Waiting per steady step: " + ", ".join(f"rank {k} {_num(v.get('wait_ms_per_step'))} ms"
-                                                          for k, v in waits.items()) + ".")
+        out.append("Waiting per steady step: " + ", ".join(
+            f"rank {k} {_num(v['wait_ms_per_step'])} ms" if v.get("wait_ms_per_step") is not None else
+            f"rank {k} not measured (no other rank of its group)" for k, v in waits.items()) + ".")
     return [*out, ""]
 
 

@@ -18,6 +18,13 @@ The steady-state rule (documented once, here; thresholds are the constants below
 
 Every step left out is named with its reason, and the summary warns about it. A step rule 2
 leaves out whose host time is a stall (:mod:`.stalls`) says so first.
+
+**The steps the steady figures average** (:func:`averaged`): the steady decode steps that have a
+period (and, on a rank with GPU kernels, a GPU window). A capture's last step has no period: it is
+steady or not by its window (rule 2), but no mean of the page holds it, so the steady-state
+table (``steady_stats``), the decomposition, each rank's waiting per steady step and the ledger
+average one set of steps and agree. (Up to issue 30 ``steady_stats`` and the waiting per steady
+step took the last step in, and differed from the decomposition beside them.)
 """
 
 from __future__ import annotations
@@ -44,6 +51,13 @@ def stats(values: Iterable[float | None]) -> dict | None:
         return None
     return {"median": _r(np.median(x)), "p90": _r(np.percentile(x, 90)), "mean": _r(x.mean()),
             "min": _r(x.min()), "max": _r(x.max()), "n": len(x)}
+
+
+def averaged(rows: Sequence[Mapping], measured: bool = True) -> list[Mapping]:
+    """The steady decode steps among ``rows`` that the steady figures average (see the module
+    docstring); ``measured``: whether the rank's trace holds GPU kernels (a window is then needed)."""
+    return [s for s in rows if s.get("phase", "decode") == "decode" and s.get("steady")
+            and s.get("period_ms") is not None and (s.get("window_ms") is not None or not measured)]
 
 
 def step_duration(step: Mapping) -> float | None:

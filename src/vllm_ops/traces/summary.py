@@ -13,14 +13,18 @@ The summary (JSON) holds, per rank (``ranks[]``): ``steps[]``, one row per step 
 prefill and mixed) with the figures of :mod:`.timeline` plus ``allreduce_transfer_ms`` and
 ``allreduce_wait_ms`` (sums over the step's calls, :mod:`.collectives`), ``steady`` (false
 for a step the steady-state rule left out) and ``left_out`` (why); ``step_stats`` (median,
-p90, mean, min, max over every decode step) and ``steady_stats`` (over the steady ones);
+p90, mean, min, max over every decode step) and ``steady_stats`` (over the steady ones that
+have a period, :func:`.steady.averaged`, as every steady mean of the page);
 ``decomposition``: the mean steady decode step split into parts that add up to its period
 (``compute_ms`` by category, ``allreduce_transfer_ms``, ``allreduce_wait_ms``,
 ``idle_in_window_ms``, ``host_ms``); ``by_batch_size``. Each step row also carries
 ``lead_ms``, ``host_blocked_ms``, ``host_step_ms``, ``host_gap_ms``, ``context_tokens`` and
 ``generation_tokens`` and ``key_tokens`` (:mod:`.timeline`); per rank also
 ``graph_launches`` and ``graph_launches_without_activity`` (graph launches whose kernels the trace
-lacks). Across ranks: ``steady_state`` (the rule, the steps
+lacks), and ``gemm_intensity`` (:func:`.intensity.gemm_bound` over the steady steps: the GEMMs'
+bound by arithmetic intensity, for the verdict without a checkpoint). ``context.model``: what the
+trace and the checkpoint show of the model (:func:`vllm_ops.ledger.fit.facts`), computed once for
+every piece of advice. Across ranks: ``steady_state`` (the rule, the steps
 left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdict`` and
 ``context`` (what the advisor knew of the hardware; also ``engine`` and ``api``,
 :mod:`.findings`), and:
@@ -28,7 +32,9 @@ left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdic
 * ``pace``: :mod:`.pace` over the steady decode steps: ``ranks`` (each rank's
   ``host_ms_per_step``, ``gpu_ms_per_step``, ``period_ms``, lead figures, ``steady``,
   ``bound``), ``limit``, ``bound``, ``predicted_period_ms``, ``steady``, ``drifting_rank``.
-* ``regimes``: :mod:`.regimes`, each with its own ``verdict``.
+* ``regimes``: :mod:`.regimes`, each with its own ``verdict`` and ``graphs``
+  (:func:`.graphs.contrast`: ``cause`` ``eager`` where its steps ran without CUDA graphs while the
+  steady ones ran in graphs; its verdict's advice is then the capture sizes, not the host).
 * ``stalls``: :mod:`.stalls`: ``steps`` (each ``rank``, ``index``, ``host_ms``,
   ``median_host_ms``, ``ratio``, ``time_share``) and the ``thresholds``; each also a warning.
 * per rank, ``phases``: :mod:`.phases` over every step of the rank (decode, prefill and mixed,
@@ -89,7 +95,22 @@ import numpy as np
 from .. import fabric as fabric_mod
 from .. import ledger as ledger_mod
 from ..allreduce import floor
-from . import collectives, coverage, findings, pace, phases, regimes, runs, sanity, stalls, steady, timeline, verdict
+from . import (
+    collectives,
+    coverage,
+    findings,
+    graphs,
+    intensity,
+    pace,
+    phases,
+    regimes,
+    runs,
+    sanity,
+    stalls,
+    steady,
+    timeline,
+    verdict,
+)
 from .annotations import DECODE, MIXED, PREFILL, StepMatcher
 from .categories import ALLREDUCE, Classifier, Rule, parse_rules
 from .errors import NotATraceError, TraceInputError
@@ -440,9 +461,10 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         entries.append(_rank_entry(r, left_by_rank.get(r["rank"], {}), per_step.get(r["rank"], {})))
     for e in entries:
         if e["steady_steps"] is not None and e["decode_steps"]:
-            wait = [s.get("allreduce_wait_ms") or 0.0 for s in e["steps"] if s["phase"] == DECODE and s["steady"]]
-            if str(e["rank"]) in coll["by_rank"] and wait:
-                coll["by_rank"][str(e["rank"])]["wait_ms_per_step"] = round(fmean(wait), 4)
+            wait = [s.get("allreduce_wait_ms") for s in steady.averaged(e["steps"], e["gpu_time_measured"])]
+            if str(e["rank"]) in coll["by_rank"] and wait:  # not measured where a step's waiting is unknown
+                coll["by_rank"][str(e["rank"])]["wait_ms_per_step"] = (
+                    None if None in wait else round(fmean(wait), 4))
     steady_state = {
         "rule": steady.RULE,
         "outlier_rel": steady.OUTLIER_REL, "first_step_min_steps": steady.FIRST_STEP_MIN_STEPS,
@@ -468,30 +490,45 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
     _check_tp(context.get("tensor_parallel_size"), world, warnings)
     live = [e for e in entries if e["gpu_time_measured"] and e["decode_steps"]]
     steady_rows = {e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE and s["steady"]] for e in live}
-    pace_ = _pace(steady_rows, not cover["complete"])
+    pace_ = _pace(steady_rows, not cover["complete"], {e["rank"]: e["decomposition"] for e in live})
     cover["allreduce_bounds"] = _bounds(live, ranks, steady_rows) if not cover["complete"] else {}
     nothing = findings.nothing_to_judge(ranks, decode_used, decode_pattern is not None, inputs.get("paths") or [],
                                         api, engine)
     missing = nothing[0] if nothing else checks["refused"]
     ratios = [g["floor_ratio"] for g in sorted(coll["groups"], key=lambda g: -g["calls"]) if g["floor_ratio"]]
     floor_ratio = ratios[0] if ratios else None
+    ctx["model"] = _facts(entries, ctx, ledger_args.get("checkpoint"))
     ledger = _ledger(entries, coll, ctx, world, ledger_args, warnings)
     decomp = {str(e["rank"]): e["decomposition"] for e in entries if e.get("decomposition")}
+    bound_by = {str(e["rank"]): e["gemm_intensity"] for e in entries if e.get("gemm_intensity")}
     v = verdict.judge(decomp, coll.get("straggler"), ctx, missing, floor_ratio=floor_ratio, pace=pace_,
                       coverage=cover, withheld=withheld, missing_next=nothing[1] if nothing else None,
-                      ledger=ledger, fabric=pcie)
+                      ledger=ledger, fabric=pcie, intensity=bound_by)
     found = [] if v["kind"] == "inconclusive" and not withheld else regimes.find(
         {e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE] for e in live}, lockstep)
+    device_of = {e["rank"]: e["device"] for e in entries}
     for reg in found:
         rows = {e["rank"]: [s for s in e["steps"] if s["index"] in set(reg["steps"]) and s["phase"] == DECODE]
                 for e in live if reg.get("rank", e["rank"]) == e["rank"]}
-        reg["verdict"] = verdict.judge({str(k): _decomposition(v_) for k, v_ in rows.items() if _decomposition(v_)},
-                                       coll.get("straggler"), ctx, checks["refused"], floor_ratio=floor_ratio,
-                                       pace=_pace(rows, not cover["complete"]), coverage=cover, withheld=withheld,
+        reg_decomp = {k: _decomposition(v_) for k, v_ in rows.items()}
+        seen = {r["rank"]: bool(r.get("launch_apis")) for r in ranks}
+        how = [graphs.contrast(v_, steady_rows.get(k) or [], seen.get(k, False)) for k, v_ in rows.items()]
+        reg["graphs"] = how[0] if how and all(h["cause"] == how[0]["cause"] for h in how) else (
+            {"cause": None, "regime": None, "steady": None, "batch_sizes": []})
+        reg_ctx = dict(ctx)
+        if reg["graphs"]["cause"] == "eager":  # the advice for steps that ran outside the graphs
+            reg_ctx.update(cuda_graphs=False, graphs_elsewhere=True, eager_batch_sizes=reg["graphs"]["batch_sizes"])
+        reg["verdict"] = verdict.judge({str(k): d_ for k, d_ in reg_decomp.items() if d_},
+                                       coll.get("straggler"), reg_ctx, checks["refused"], floor_ratio=floor_ratio,
+                                       pace=_pace(rows, not cover["complete"], reg_decomp), coverage=cover,
+                                       withheld=withheld, intensity={str(k): intensity.gemm_bound(v_, device_of.get(k))
+                                                                     for k, v_ in rows.items()},
                                        fabric=pcie)
         warnings.append(f"steady state: {reg['count']} of {reg['decode_steps']} decode steps "
                         f"({100 * reg['time_share']:.0f}% of the decode time) left out of the steady figures are a "
-                        f"regime of their own ({reg['side']} steps): {verdict.describe(reg['verdict'])}.")
+                        f"regime of their own ({reg['side']} steps"
+                        + (", run without CUDA graphs" if reg["graphs"]["cause"] == "eager" else "")
+                        + f"): {verdict.describe(reg['verdict'])}.")
     allreduce = _allreduce_legacy(entries, coll, warnings)
     prefill = [_legacy_phase(r, e, PREFILL) for r, e in zip(ranks, entries, strict=True)
                if any(s["phase"] == PREFILL for s in r["set"]["steps"])]
@@ -545,7 +582,8 @@ def _ledger(entries: list[dict], coll: Mapping, ctx: Mapping, world: int | None,
                               "--tensor-parallel-size N on the command line)")
     partial = {"ranks": entries, "collectives": coll, "context": ctx, "world_size": world}
     out = ledger_mod.decode_ledger(partial, args["checkpoint"], allreduce_floor=args.get("allreduce_floor"),
-                                   tokens=args.get("tokens"), key_tokens=args.get("key_tokens"))
+                                   tokens=args.get("tokens"), key_tokens=args.get("key_tokens"),
+                                   facts=ctx.get("model"))
     for r in out["ranks"]:
         if r["gemm"]["kind"] == "below-weight-floor":
             warnings.append(f"decode ledger: rank {r['rank']}'s GEMMs took {r['gemm']['measured_ms']:.3f} ms a step, "
@@ -554,9 +592,21 @@ def _ledger(entries: list[dict], coll: Mapping, ctx: Mapping, world: int | None,
     return out
 
 
-def _pace(rows_by_rank: Mapping[int, list[dict]], partial: bool) -> dict:
-    """Each rank's pace over its rows and the group's (:mod:`.pace`)."""
-    per_rank = {r: pace.rank_pace(rows, [exposed_allreduce(s)[1] for s in rows], partial)
+def _facts(entries: list[dict], ctx: Mapping, checkpoint: Mapping | None) -> dict:
+    """What the trace and the checkpoint show of the model, once, for the advice of the verdict, the
+    regimes and the ledger (:func:`vllm_ops.ledger.fit.facts`): MoE and quantize kernels seen in the
+    steady decode steps of the ranks whose kernels are all recorded."""
+    seen = [e["decomposition"] for e in entries if e.get("decomposition") and not e["graph_launches_without_activity"]]
+    moe = any((d["compute_ms"].get("moe_gemm") or 0) > 0 for d in seen) if seen else None
+    quantized = any((d["compute_ms"].get("quantize") or 0) > 0 for d in seen) or any(
+        "marlin" in k["name"].lower() for e in entries for k in e.get("top_kernels") or [])
+    return ledger_mod.fit.facts(checkpoint, ctx.get("tensor_parallel_size"), ctx.get("cuda_graphs"), moe, quantized)
+
+
+def _pace(rows_by_rank: Mapping[int, list[dict]], partial: bool, decomposition: Mapping[int, dict | None]) -> dict:
+    """Each rank's pace over its rows and the group's (:mod:`.pace`); ``decomposition``: each
+    rank's mean of the same rows (:func:`_decomposition`, computed once by the caller)."""
+    per_rank = {r: pace.rank_pace(rows, [exposed_allreduce(s)[1] for s in rows], partial, decomposition.get(r))
                 for r, rows in sorted(rows_by_rank.items()) if rows}
     return {**pace.group(per_rank), "ranks": {str(r): p for r, p in per_rank.items()}}
 
@@ -568,7 +618,7 @@ def _bounds(live: list[dict], ranks: list[dict], steady_rows: Mapping[int, list[
     by_rank = {r["rank"]: r for r in ranks}
     for e in live:
         calls = by_rank[e["rank"]]["set"]["calls"]
-        rows = steady_rows.get(e["rank"]) or []
+        rows = steady.averaged(steady_rows.get(e["rank"]) or [])
         b = collectives.bounds(calls, [s["index"] for s in rows]) if calls is not None else None
         if b is None:
             continue
@@ -654,6 +704,7 @@ def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[f
         s["left_out"] = left.get(s["index"]) if s["phase"] == DECODE else None
     decode = [s for s in rows if s["phase"] == DECODE]
     steady_rows = [s for s in decode if s["steady"]]
+    averaged = steady.averaged(steady_rows, measured)
     entry = {
         "rank": r["rank"], "file": r["file"], "parser": r["parser"], "rank_from": r["rank_from"],
         "device": r["device"], "gpu_kernels": r["gpu_kernels"], "gpu_time_measured": measured,
@@ -662,8 +713,9 @@ def _rank_entry(r: dict, left: Mapping[int, str], per_step: Mapping[int, tuple[f
         "steps_from": st["steps_from"] if rows else None,
         "timeline": r["timeline"] if measured else None,
         "step_stats": {k: steady.stats(s.get(k) for s in decode) for k in STEP_FIGURES} if decode else {},
-        "steady_stats": {k: steady.stats(s.get(k) for s in steady_rows) for k in STEP_FIGURES} if decode else {},
-        "decomposition": _decomposition(steady_rows) if measured else None,
+        "steady_stats": {k: steady.stats(s.get(k) for s in averaged) for k in STEP_FIGURES} if decode else {},
+        "decomposition": _decomposition(averaged) if measured else None,
+        "gemm_intensity": intensity.gemm_bound(averaged, r["device"]) if measured else None,
         "by_batch_size": _by_batch_size(decode),
         "phases": phases.split(rows),
         "steps": rows,
@@ -685,11 +737,15 @@ def _decomposition(rows: list[dict]) -> dict | None:
     """The mean steady decode step, split so that the parts add up to its period (ms):
     compute busy by category, exposed all-reduce split into transfer and waiting in
     proportion to the steps' all-reduce kernel time, GPU idle inside the window, and the
-    period's time outside the window. Over the steady decode steps that have a period."""
+    period's time outside the window. Over the steady decode steps that have a period. Where a
+    step's waiting is unknown (one rank of a group), ``allreduce_told_apart`` is false, the
+    transfer holds the exposed all-reduce whole and ``allreduce_wait_ms`` is null."""
     rows = [s for s in rows if s.get("period_ms") is not None and s.get("window_ms") is not None]
     if not rows:
         return None
     n = len(rows)
+    # one rank of a group (collectives: told_apart false): waiting cannot be told from transfer
+    told = not any(s.get("allreduce_calls") and s.get("allreduce_wait_ms") is None for s in rows)
     compute: dict[str, float] = {}
     transfer = wait = 0.0
     for s in rows:
@@ -707,7 +763,8 @@ def _decomposition(rows: list[dict]) -> dict | None:
         "busy_ms": round(sum(s["busy_ms"] for s in rows) / n, 4),
         "compute_ms": {c: round(v / n, 4) for c, v in compute.items()},
         "allreduce_transfer_ms": round(transfer / n, 4),
-        "allreduce_wait_ms": round(wait / n, 4),
+        "allreduce_wait_ms": round(wait / n, 4) if told else None,
+        "allreduce_told_apart": told,
         "idle_in_window_ms": round(idle, 4),
         "host_ms": round(sum(s["host_ms"] for s in rows) / n, 4),
         "idle_host_share": round(sum(idle_host) / n / idle, 4) if idle > 0 and len(idle_host) == n else None,
@@ -799,7 +856,9 @@ def _allreduce_legacy(entries: list[dict], coll: dict, warnings: list[str]) -> d
     for e in live:
         dec = [s for s in e["steps"] if s["phase"] == DECODE]
         calls.append(sum(s["allreduce_calls"] for s in dec) / len(dec))
-        waits[str(e["rank"])] = round(sum(s["allreduce_wait_ms"] or 0.0 for s in dec) / len(dec), 4)
+        unknown = any(s["allreduce_calls"] and s["allreduce_wait_ms"] is None for s in dec)  # one rank of a group
+        waits[str(e["rank"])] = (None if unknown else
+                                 round(sum(s["allreduce_wait_ms"] or 0.0 for s in dec) / len(dec), 4))
     out.update({"ms_per_step_skew_corrected": round(per_call * fmean(calls), 4), "wait_ms_per_step_by_rank": waits,
                 "calls_matched": matched})
     if len(live) == 1:

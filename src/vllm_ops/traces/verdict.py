@@ -32,9 +32,15 @@ of the rank's mean steady period):
 7. ``memory-bound`` where the category with the most busy time is a GEMM one (``gemm``,
    ``moe_gemm``) and the decode ledger calls that rank's GEMMs memory-bound: their time within
    :data:`vllm_ops.ledger.MEMORY_BOUND_FACTOR` of reading the weights once at the GPU's bandwidth
-   (``hbm_share``, "GEMMs at 78% of HBM bandwidth"). Such GEMMs wait for memory, not for the ALUs.
-8. ``compute-bound`` otherwise, on the category with the most busy time (``category``): without a
-   ledger (no checkpoint given) a GEMM category cannot be told memory-bound, and stays here.
+   (``hbm_share``, "GEMMs at 78% of HBM bandwidth"); or, without a ledger (no checkpoint given),
+   their arithmetic intensity says so (:mod:`.intensity`: so few tokens a step that even 4-bit
+   weights give less FLOP per byte than the GPU's ridge). Such GEMMs wait for memory, not for the
+   ALUs. ``gemm_bound_from`` says which (``ledger`` or ``intensity``); with ``intensity`` the
+   evidence carries ``tokens_per_step``, ``intensity_max_flop_per_byte``, ``ridge_flop_per_byte``
+   and ``checkpoint_adds`` (what the floor would add).
+8. ``compute-bound`` otherwise, on the category with the most busy time (``category``). (Up to
+   issue 30 a batch-1 decode's GEMMs were compute-bound without a checkpoint and memory-bound with
+   one, on the same trace.)
 
 With a ledger (``ledger``: :func:`vllm_ops.ledger.decode_ledger` of the steady step), the evidence
 of the verdict's rank also carries the ledger's figures: ``gemm_kind``, ``hbm_share``, ``gemm_ms``,
@@ -49,6 +55,13 @@ A degraded PCIe link (``fabric``: :func:`vllm_ops.fabric.findings`) is evidence 
 each degraded link's finding, naming its GPU and the rank on it); for a host-bound or imbalanced
 rank whose own link is degraded, and for a communication-bound run with any degraded link, the
 link's check comes first in ``next``.
+
+The evidence's waiting is the decomposition's (exposed all-reduce waiting, one figure for the
+page): ``allreduce_wait_ms_by_rank`` (every rank's; null where waiting cannot be told from
+transfer, on one rank of a group) and ``other_wait_rank``, ``other_wait_ms``, ``other_wait_share``:
+of the ranks other than the verdict's, the one that waits longest (for the verdict's rank, when it
+is the straggler), its waiting and that over its period. (Up to issue 30 these three were named
+``max_wait_*``, which read as the longest wait of any rank beside a rank that waited longer.)
 
 The evidence says whether the capture is steady (``steady``) and, when it is not, the period
 it drifts to (``predicted_period_ms``) and the rank whose lead moved (``drifting_rank``).
@@ -73,8 +86,9 @@ from collections.abc import Mapping
 
 from .. import fabric as fabric_mod
 from ..allreduce.floor import ABOVE_FLOOR, AT_FLOOR
-from ..ledger import MEMORY_BOUND_FACTOR
+from ..ledger import MEMORY_BOUND_FACTOR, fit
 from . import experiments
+from . import intensity as intensity_mod
 from . import pace as pace_rules
 
 MIN_STEADY_STEPS = 2
@@ -93,7 +107,7 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
           missing: str | None = None, floor_ratio: float | None = None, pace: Mapping | None = None,
           coverage: Mapping | None = None, withheld: str | None = None,
           missing_next: list[str] | None = None, ledger: Mapping | None = None,
-          fabric: list[Mapping] | None = None) -> dict:
+          fabric: list[Mapping] | None = None, intensity: Mapping | None = None) -> dict:
     """The verdict over the ranks' steady decompositions (``{rank: decomposition}``), their
     pace (:func:`.summary` gives ``{limit, bound, ..., ranks: {rank: pace}}``), the group's
     coverage, and the decode ledger of the steady step and the PCIe findings where given."""
@@ -118,7 +132,8 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
     paces = pace.get("ranks") or {}
     named = straggler.get("rank") if straggler and straggler.get("named") else None
     idle = {r: (d["idle_in_window_ms"] + d["host_ms"]) / d["period_ms"] for r, d in usable.items()}
-    wait = {r: d["allreduce_wait_ms"] / d["period_ms"] for r, d in usable.items()}
+    # waiting for other ranks, where it can be told from transfer (not on one rank of a group)
+    wait = {r: d["allreduce_wait_ms"] / d["period_ms"] for r, d in usable.items() if d["allreduce_wait_ms"] is not None}
     transfer = {r: d["allreduce_transfer_ms"] / d["period_ms"] for r, d in usable.items()}
     limit = pace.get("limit")
     if limit is not None and str(limit) in usable and pace.get("bound"):
@@ -133,7 +148,8 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         "gpu_idle_share_by_rank": {r: _r(v) for r, v in sorted(idle.items())},
         "idle_host_share_of_idle": d.get("idle_host_share"),
         "allreduce_transfer_ms": d["allreduce_transfer_ms"], "allreduce_transfer_share": _r(transfer[candidate]),
-        "max_wait_rank": None, "max_wait_ms": None, "max_wait_share": None,
+        "allreduce_wait_ms_by_rank": {r: d["allreduce_wait_ms"] for r, d in sorted(usable.items())},
+        "other_wait_rank": None, "other_wait_ms": None, "other_wait_share": None,
         "straggler": named, "straggler_last_share": straggler.get("last_arrival_share") if straggler else None,
         "allreduce_floor_ratio": floor_ratio,
         "bound": own.get("bound"), "host_ms_per_step": own.get("host_ms_per_step"),
@@ -149,17 +165,24 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
     others = {r: w for r, w in wait.items() if r != candidate}
     if others:
         worst = max(others, key=others.get)
-        ev.update(max_wait_rank=int(worst), max_wait_ms=usable[worst]["allreduce_wait_ms"],
-                  max_wait_share=_r(others[worst]))
+        ev.update(other_wait_rank=int(worst), other_wait_ms=usable[worst]["allreduce_wait_ms"],
+                  other_wait_share=_r(others[worst]))
     mean_transfer = sum(transfer.values()) / len(transfer)
     ev["mean_transfer_share"] = _r(mean_transfer)
     compute = {c: ms for c, ms in d["compute_ms"].items()}
     top = max(compute, key=compute.get) if compute else None
     ev["top_category"], ev["top_category_ms"] = top, compute.get(top) if top else None
     led = _ledger_rank(ledger, candidate)
+    bound_by = (intensity or {}).get(candidate) if led is None and top in GEMM_CATEGORIES else None
     if led is not None:
-        ev.update(_ledger_evidence(led))
+        ev.update(_ledger_evidence(led), gemm_bound_from="ledger")
         base["thresholds"]["memory_bound_factor"] = MEMORY_BOUND_FACTOR
+    elif bound_by and bound_by.get("kind"):
+        ev.update(gemm_bound_from="intensity", tokens_per_step=bound_by["tokens_per_step"],
+                  intensity_max_flop_per_byte=bound_by["intensity_max_flop_per_byte"],
+                  ridge_flop_per_byte=bound_by["ridge_flop_per_byte"], ridge_gpu=bound_by["gpu"],
+                  checkpoint_adds=bound_by["checkpoint_adds"])
+        base["thresholds"].update(intensity_mod.THRESHOLDS)
     links = [{k: f.get(k) for k in LINK_EVIDENCE} for f in fabric or [] if f.get("kind") == "pcie-link-degraded"]
     if links:
         ev["pcie_link"] = links
@@ -173,7 +196,7 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         out.update(kind="imbalanced", rank=int(candidate))
     elif mean_transfer >= COMM_MIN:
         out.update(kind="communication-bound")
-    elif top in GEMM_CATEGORIES and ev.get("gemm_kind") == "memory-bound":
+    elif top in GEMM_CATEGORIES and (ev.get("gemm_kind") == "memory-bound" or ev.get("gemm_bound_from") == "intensity"):
         out.update(kind="memory-bound", rank=int(candidate), category=top)
     else:
         out.update(kind="compute-bound", rank=int(candidate), category=top)
@@ -240,8 +263,8 @@ def _partial(out: dict, coverage: Mapping, paces: Mapping, context: Mapping) -> 
               world_size=coverage.get("world_size"), allreduce_low_ms=b.get("low_ms_per_step"),
               allreduce_high_ms=b.get("high_ms_per_step"), allreduce_low_share=b.get("low_share"),
               allreduce_high_share=b.get("high_share"))
-    for k in ("allreduce_transfer_ms", "allreduce_transfer_share", "mean_transfer_share", "max_wait_rank",
-              "max_wait_ms", "max_wait_share", "straggler", "straggler_last_share"):
+    for k in ("allreduce_transfer_ms", "allreduce_transfer_share", "mean_transfer_share", "other_wait_rank",
+              "other_wait_ms", "other_wait_share", "straggler", "straggler_last_share", "allreduce_wait_ms_by_rank"):
         ev[k] = None  # what one rank of a group cannot tell
     missing = coverage.get("missing") or []
     fetch = "; ".join(f"rank {f['rank']}: {f['glob']}" for f in (coverage.get("fetch") or [])[:4])
@@ -270,6 +293,7 @@ def _advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
     rank = verdict.get("rank")
     # The tests are vLLM's arguments and environment: none for another engine's trace.
     vllm = (context.get("engine") or "vllm") == "vllm"
+    model = context.get("model") or {}  # what the trace and the checkpoint show (vllm_ops.ledger.fit)
 
     def t(name: str) -> str | None:
         return name if vllm else None
@@ -281,12 +305,19 @@ def _advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
                  "link width and speed, and its position in the topology", None),
                 (f"profile again to see whether rank {rank} is always the late one", None)]
     if kind == "memory-bound":
-        share = (verdict.get("evidence") or {}).get("hbm_share")
-        return [(f"the GEMMs read their weights at {100 * share:.0f}% of HBM bandwidth, so only fewer bytes per "
-                 "token make them faster: more tokens per step for the same weights (more concurrency, speculative "
-                 "decoding)", t("speculative")),
-                ("fewer bytes per weight: a lower-precision checkpoint (FP8, or INT4 with its kernels compared), or "
-                 "more ranks per instance (each reads less, for more all-reduce)", None)]
+        ev = verdict.get("evidence") or {}
+        share = ev.get("hbm_share")
+        why = (f"the GEMMs read their weights at {100 * share:.0f}% of HBM bandwidth" if share is not None else
+               f"the GEMMs multiply each weight by {ev.get('tokens_per_step'):g} tokens a step, too few to be bound by "
+               "the ALUs")
+        tail = ([] if share is not None else
+                [(f"pass --checkpoint (the model's directory) for {ev.get('checkpoint_adds')}", None)])
+        return [(f"{why}, so only fewer bytes per token make them faster: more tokens per step for the same weights "
+                 "(more concurrency, speculative decoding)", t("speculative")),
+                (("fewer bytes per weight: a 4-bit checkpoint (its kernels compared), or more ranks per instance "
+                  "(each reads less, for more all-reduce)") if model.get("quantized") else
+                 ("fewer bytes per weight: a lower-precision checkpoint (FP8, or INT4 with its kernels compared), or "
+                  "more ranks per instance (each reads less, for more all-reduce)"), None), *tail]
     ratio = (verdict.get("evidence") or {}).get("allreduce_floor_ratio")
     if kind == "communication-bound" and ratio is not None and ratio <= AT_FLOOR:
         return [(f"all-reduce already runs at the host's measured floor ({ratio:.2f}x): no NCCL setting will help; "
@@ -309,11 +340,12 @@ def _advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
                 (f"speculative decoding (fewer steps per token), or a smaller TP group{smaller}", t("speculative"))]
     if kind == "compute-bound":
         cat = verdict.get("category")
+        quantized = fit.fits(("quantized",), model)
         hints = {
-            "moe_gemm": ("MoE kernels: compare the MoE backend (Marlin W4A16 and the alternatives) and expert "
-                         "parallelism", None),
-            "gemm": ("dense GEMMs: a larger batch (more concurrency per step) amortizes them; check the "
-                     "quantized kernels chosen", t("max-num-seqs")),
+            "moe_gemm": ("MoE kernels: compare the MoE backend" + (" (Marlin W4A16 and the alternatives)" if quantized
+                                                                   else "") + " and expert parallelism", None),
+            "gemm": ("dense GEMMs: a larger batch (more concurrency per step) amortizes them"
+                     + ("; check the quantized kernels chosen" if quantized else ""), t("max-num-seqs")),
             "attention": ("attention: compare attention backends and the KV-cache dtype", None),
         }
         return [hints.get(cat, (f"the {cat} kernels take most of the step: look at the top kernels", None)),
@@ -344,6 +376,14 @@ def _host_advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | No
     contention = (f"find what slows rank {rank}'s host"
                   + (f" ({mine:.1f} ms a step; the other ranks' {max(others):.1f} ms at most)" if slower else "")
                   + ": CPU contention and affinity of its worker (other processes, NUMA placement; pin the workers)")
+    if context.get("graphs_elsewhere"):  # eager steps among graph steps (.graphs): not the host's contention
+        sizes = context.get("eager_batch_sizes") or []
+        bs = f" ({', '.join(str(b) for b in sizes[:6])})" if sizes else ""
+        how = {"vllm": "vLLM's cudagraph_capture_sizes / max_cudagraph_capture_size in --compilation-config",
+               "sglang": "SGLang's --cuda-graph-max-bs / --cuda-graph-bs"}.get(engine, "the graphs' capture sizes")
+        return [(f"these steps ran without {graphs} while the steady ones ran in graphs: make the capture sizes "
+                 f"cover their batch size{'s' if len(sizes) > 1 else ''}{bs} ({how})", None),
+                (f"if the host is not contended: {overlap}, to overlap scheduling with the GPU", overlap_test)]
     if slower:
         return [(contention, None), (graph_advice, graphs_test) if context.get("cuda_graphs") is False
                 else (f"then {overlap}", overlap_test)]
@@ -371,8 +411,15 @@ def describe(verdict: Mapping) -> str:
         words = f"compute-bound ({cat})" if cat else "compute-bound"
     elif kind == "memory-bound":
         share = ev.get("hbm_share")
-        words = (f"memory-bound ({verdict.get('category')} at {100 * share:.0f}% of HBM bandwidth)"
-                 if share is not None else "memory-bound")
+        if share is not None:
+            words = f"memory-bound ({verdict.get('category')} at {100 * share:.0f}% of HBM bandwidth)"
+        elif ev.get("gemm_bound_from") == "intensity":
+            n = ev["tokens_per_step"]
+            words = (f"memory-bound ({verdict.get('category')}: {n:g} token{'' if n == 1 else 's'} a step, at most "
+                     f"{ev['intensity_max_flop_per_byte']:g} FLOP per weight byte against the "
+                     f"{ev.get('ridge_gpu')}'s ridge of {ev['ridge_flop_per_byte']:.0f})")
+        else:
+            words = "memory-bound"
     elif verdict.get("rank") is not None and kind in ("host-bound", "imbalanced"):
         words = f"{kind} on rank {verdict['rank']}"
     return words + (", not steady" if ev.get("steady") is False else "")

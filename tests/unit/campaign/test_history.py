@@ -78,7 +78,7 @@ def test_row_of_the_real_h200_pair_carries_the_verdict(campaign, h200_summary):
     assert (row["verdict"], row["verdict_rank"], row["straggler"]) == ("host-bound", 1, 0)
     assert row["steady_period_ms"] == ev["period_ms"] and row["steady_busy_ms"] == ev["busy_ms"]
     assert row["steady_idle_ms"] == pytest.approx(ev["period_ms"] - ev["busy_ms"], abs=1e-4)
-    assert row["steady_transfer_ms"] == ev["allreduce_transfer_ms"] and row["steady_wait_ms"] == ev["max_wait_ms"]
+    assert row["steady_transfer_ms"] == ev["allreduce_transfer_ms"] and row["steady_wait_ms"] == ev["other_wait_ms"]
     assert row["steady_steps"] == 10  # steps 1-10: step 0 left out, step 11 has no next step to end its period
 
 

@@ -100,7 +100,8 @@ def test_the_ledger_of_each_rank(world):
         assert [lv["part"] for lv in rank["levers"]] == [p for _, p in above[:3]] == ["host", "weights",
                                                                                       "other_kernels"]
         for lever in rank["levers"]:
-            assert lever["next"] == list(LEVERS[lever["part"]][1]) and lever["recoverable_ms"] > 0
+            table = [text for text, _needs in LEVERS[lever["part"]][1]]
+            assert lever["next"] and all(t in table for t in lever["next"]) and lever["recoverable_ms"] > 0
         line = describe(rank)
         assert "GEMMs at 78% of HBM bandwidth" in line and "memory-bound" in line
     assert any("uniform routing" in s for s in ledger["blind_spots"])  # batch 2 of a MoE model

@@ -121,19 +121,33 @@ def test_a_batch_1_decode_whose_gemms_read_at_78_percent_of_the_bandwidth_is_mem
     assert v["next"][0].startswith("the GEMMs read their weights at 78% of HBM bandwidth")
     levers = led["levers"]
     assert len(levers) == 3 and v["next"][2:] == [
-        f"{LEVERS[lv['part']][0]}: {lv['recoverable_ms']:.2f} ms a step above its floor; {LEVERS[lv['part']][1][0]}"
+        f"{LEVERS[lv['part']][0]}: {lv['recoverable_ms']:.2f} ms a step above its floor; {lv['next'][0]}"
         for lv in levers]
     assert levers[0]["part"] == "weights"  # the GEMMs' 22% above the floor is the largest part over its floor
     assert levers[0]["recoverable_ms"] == pytest.approx(world["gemm_ms"] - world["floor_ms"], abs=1e-3)
 
 
-def test_without_a_checkpoint_the_verdict_is_todays(world):
+def test_without_a_checkpoint_batch_1_gemms_are_memory_bound_by_their_intensity(world):
+    """Issue 30, point 6: the same trace was compute-bound without the checkpoint and memory-bound
+    with it. One token a step: at most 4 FLOP per weight byte (4-bit weights), against the H200's
+    ridge of 989 TFLOP/s (dense BF16) over 4800 GB/s."""
     summary = summarize([str(world["traces"])])
     assert summary["ledger"] is None
     v = summary["verdict"]
-    assert (v["kind"], v["category"]) == ("compute-bound", "gemm") and "gemm_kind" not in v["evidence"]
-    assert "memory_bound_factor" not in v["thresholds"] and len(v["next"]) == 2
+    ridge = 989e12 / 4800e9
+    assert (v["kind"], v["category"]) == ("memory-bound", "gemm") and "gemm_kind" not in v["evidence"]
+    ev = v["evidence"]
+    assert (ev["gemm_bound_from"], ev["tokens_per_step"], ev["intensity_max_flop_per_byte"]) == ("intensity", 1, 4)
+    assert ev["ridge_flop_per_byte"] == pytest.approx(ridge, abs=0.05)
+    assert "memory_bound_factor" not in v["thresholds"]
+    assert describe(v) == f"memory-bound (gemm: 1 token a step, at most 4 FLOP per weight byte against the H200's " \
+                          f"ridge of {ridge:.0f})"
+    sentence = verdict_sentence(summary)
+    assert f"GEMMs {world['gemm_ms']:.3g} ms, their floor not measured (no checkpoint)" in sentence
+    assert v["next"][-1].startswith("pass --checkpoint (the model's directory) for the GEMMs' floor")
     assert "decode ledger" not in to_markdown(summary)
+    # the checkpoint's verdict agrees, and says more
+    assert summarize([str(world["traces"])], checkpoint=str(world["model"]))["verdict"]["kind"] == "memory-bound"
 
 
 def test_the_steps_carry_their_context_lengths_and_the_kv_floor_reads_them(world):
@@ -142,7 +156,13 @@ def test_the_steps_carry_their_context_lengths_and_the_kv_floor_reads_them(world
     assert steady and all(s["key_tokens"] == KEY_TOKENS for s in steady)  # the detailed annotation's sk
     kv = KEY_TOKENS * 2 * 2 * 128 * LAYERS * 2 / TP  # 2 KV heads of 128, K and V, bf16, one head per rank
     rank = summary["ledger"]["ranks"][0]
-    assert rank["reads"]["kv_cache"] == kv and rank["floors"]["kv_cache"] == pytest.approx(kv / 4.8e12 * 1e3, abs=1e-4)
+    # the reads hold the KV cache, but the step ran no attention kernel (norms, GEMMs, all-reduces only):
+    # no KV-cache floor is charged beside kernels that were not seen (issue 30: 0.000 / 0.050 / -0.050)
+    assert rank["reads"]["kv_cache"] == kv and rank["floors"]["kv_cache"] == 0.0
+    assert "no attention kernel" in rank["not_charged"]["kv_cache"]
+    kv_part = next(p for p in rank["parts"] if p["part"] == "kv_cache")
+    assert (kv_part["measured_ms"], kv_part["floor_ms"], kv_part["above_floor_ms"]) == (0.0, 0.0, 0.0)
+    assert "Not charged (floor 0), and why:" in to_markdown(summary)
     # a key_tokens given replaces the steps' (a step that reads no KV cache, whatever its name says)
     given = summarize([str(world["traces"])], checkpoint=str(world["gqa"]), key_tokens=0)
     assert given["ledger"]["ranks"][0]["floors"]["kv_cache"] == 0.0
@@ -235,3 +255,53 @@ def test_the_ledger_leaves_the_figures_alone(world):
     without = summarize([str(world["traces"])])
     for key in ("ranks", "collectives", "pace", "steady_state", "allreduce", "coverage"):
         assert with_ledger[key] == without[key], key
+
+
+def test_gemms_below_their_floor_get_no_negative_headroom(world):
+    """A checkpoint twice the size the GEMMs can have read (TP 1 claimed for a TP-2 trace): the
+    weights part is below its floor and the floors exceed the period; neither is a negative figure."""
+    summary = summarize([str(world["traces"])], checkpoint=str(world["model"]), context={"tensor_parallel_size": 1})
+    for rank in summary["ledger"]["ranks"]:
+        assert rank["floors"]["weights"] == pytest.approx(2 * world["floor_ms"], abs=1e-4)
+        weights = next(p for p in rank["parts"] if p["part"] == "weights")
+        assert weights["measured_ms"] < weights["floor_ms"] and weights["above_floor_ms"] is None
+        assert "below its floor" in rank["not_measured"]["weights_above_floor"]
+        assert rank["headroom_ms"] is None and rank["headroom_at_most_ms"] is None
+        assert "exceed the period" in rank["not_measured"]["headroom"]
+        assert all(p["above_floor_ms"] is None or p["above_floor_ms"] >= 0 for p in rank["parts"])
+
+
+ADVICE_FOR_OTHER_MODELS = ("Marlin", "W4A16", "MoE", "quantiz", "all-reduce + norm", "expert")
+
+
+def test_a_dense_bf16_tp1_checkpoint_gets_advice_that_fits_it(world, tmp_path):
+    """Issue 30, point 6: no Marlin W4A16, MoE, quantized-kernel or all-reduce-fusion advice for a
+    dense bf16 model on one GPU; the checkpoint's record says dense and bf16, the trace TP 1."""
+    floor_ms = 2 * world["weights"] / (SPEC_GBPS * 1e9) * 1e3  # TP 1: one GPU reads every weight
+    gemm_us = floor_ms * 1e3 / SHARE
+    kernels = [k for _ in range(LAYERS) for k in (("rms_norm_kernel", 40 * NORM_US),
+                                                  ("nvjet_sm90_tst_64x8_64x16_2x1_v_bz_NNT", gemm_us / LAYERS))]
+    window = sum(d for _, d in kernels)
+    (tmp_path / "tp1").mkdir()
+    decode_trace(tmp_path / "tp1" / "rank0.pt.trace.json.gz", rank=0, world=1, steps=6, period_us=2 * window,
+                 kernels=kernels, key_tokens=KEY_TOKENS, device=H200)
+    summary = summarize([str(tmp_path / "tp1")], checkpoint=str(world["model"]))
+    model = summary["context"]["model"]
+    assert (model["moe"], model["quantized"], model["tensor_parallel_size"]) == (False, False, 1)
+    assert model["from"] == {"moe": "checkpoint", "quantized": "checkpoint"}
+    v = summary["verdict"]
+    (rank,) = summary["ledger"]["ranks"]
+    assert {lv["part"] for lv in rank["levers"]} >= {"weights", "other_kernels"}  # the levers those texts were on
+    advice = v["next"] + [text for lv in rank["levers"] for text in lv["next"]]
+    shown = to_markdown(summary)
+    for words in ADVICE_FOR_OTHER_MODELS:
+        assert not any(words in text for text in advice), words
+        assert words not in shown.split("Next experiments:")[1].split("Hardware as")[0], words
+    weights = next(lv for lv in rank["levers"] if lv["part"] == "weights")
+    assert weights["next"] == ["more tokens per step for the same weights (more concurrency, speculative decoding)"]
+    # the same levers where nothing is known of the model keep every experiment (advice is dropped on evidence)
+    from vllm_ops.ledger import decode_ledger, load_checkpoint
+
+    unknown = decode_ledger(summary, load_checkpoint(str(world["model"])), tensor_parallel_size=1, facts={})
+    texts = [t for lv in unknown["ranks"][0]["levers"] for t in lv["next"]]
+    assert any("Marlin W4A16" in t for t in texts) and any("all-reduce + norm" in t for t in texts)
