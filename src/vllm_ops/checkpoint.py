@@ -32,7 +32,8 @@ Figures of :func:`read_checkpoint` (its JSON is what ``capture.json`` keeps as `
 - **dtypes**: the bytes of the tensors of each safetensors dtype (a bf16 checkpoint holds BF16 and
   maybe F32; a quantized one F8_*, I8, U8 or packed I32 too).
 - **model**: what ``config.json`` says (its ``text_config`` or ``language_config`` where it
-  nests one, as a multimodal model's does): layers, hidden size, vocabulary, dtype; MoE:
+  nests one, as a multimodal model's does): layers, hidden size, vocabulary, dtype, attention
+  heads (``num_attention_heads``: a tensor-parallel size must divide them); MoE:
   ``routed_experts`` (E: ``n_routed_experts``, ``num_experts`` or ``num_local_experts``),
   ``experts_per_token`` (k: ``num_experts_per_tok``), ``shared_experts``
   (``n_shared_experts``), ``moe_layers`` (the layers from ``first_k_dense_replace`` on, every
@@ -247,6 +248,7 @@ def model_figures(config: dict) -> dict:
         "quantization": (quant.get("quant_method") or "unnamed") if isinstance(quant, dict) else None,
         "model_type": text.get("model_type") or config.get("model_type"),
         "num_hidden_layers": layers, "hidden_size": first("hidden_size"), "vocab_size": first("vocab_size"),
+        "num_attention_heads": first("num_attention_heads"),
         "dtype": dtype, "dtype_bytes": dtype_bytes,
         "tie_word_embeddings": bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
         "routed_experts": experts, "experts_per_token": first("num_experts_per_tok"), "shared_experts": shared,

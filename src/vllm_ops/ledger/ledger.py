@@ -145,6 +145,7 @@ def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allred
     tp = tensor_parallel_size or inputs["tensor_parallel_size"]
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise LedgerInputError(f"tensor_parallel_size: the summary gives none, pass one (got {tp!r})")
+    _check_heads(checkpoint, tp)
     for what, value in (("tokens", tokens), ("key_tokens", key_tokens), ("kv_dtype_bytes", kv_dtype_bytes)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise LedgerInputError(f"{what} must be a non-negative integer, got {value!r}")
@@ -165,6 +166,19 @@ def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allred
                        "levers": LEVER_COUNT},
         "ranks": ranks, "blind_spots": spots,
     }
+
+
+def _check_heads(checkpoint: Mapping | None, tp: int) -> None:
+    """A tensor-parallel size that does not divide the model's attention heads is one vLLM refuses
+    to start with (each rank keeps whole heads), so the traces cannot come from it: refused, since
+    every per-rank floor would be computed for a server that cannot exist. A record without the
+    figure (written before it was kept) or a model without attention is not checked."""
+    model = (checkpoint or {}).get("model") or {}
+    heads = model.get("num_attention_heads")
+    if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0 and heads % tp:
+        raise LedgerInputError(
+            f"tensor_parallel_size {tp} contradicts the model: its config.json gives {heads} attention heads, "
+            f"which {tp} ranks cannot split whole (vLLM refuses that size); give the server's own size")
 
 
 def _rank_ledger(r: dict, checkpoint, floor, bandwidth, tp, tokens, key_tokens, kv_dtype_bytes, model) -> dict:

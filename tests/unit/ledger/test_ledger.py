@@ -19,7 +19,7 @@ from vllm_ops.checkpoint import read_checkpoint, unreadable
 from vllm_ops.ledger import LEVERS, MEMORY_BOUND_FACTOR, LedgerInputError, decode_ledger, describe
 from vllm_ops.traces import summarize
 
-from ledger_helpers import DENSE, EXPERTS, HIDDEN, KV_LORA, LAYERS, PER_TOKEN, ROPE, decode_trace, moe_checkpoint
+from ledger_helpers import DENSE, EXPERTS, HEADS, HIDDEN, KV_LORA, LAYERS, PER_TOKEN, ROPE, decode_trace, moe_checkpoint
 
 TP, BATCH, PERIOD_US = 2, 2, 8000.0
 GEMM_US, MOE_US, ATTN_US, NORM_US, AR_US = 1000.0, 600.0, 500.0, 80.0, 20.0
@@ -207,3 +207,25 @@ def test_a_rank_without_gpu_kernels(world):
 def test_bad_input(summary, kwargs, message):
     with pytest.raises(LedgerInputError, match=message):
         decode_ledger(summary, **kwargs)
+
+
+@pytest.mark.parametrize(("tp", "refused"), [(1, False), (2, False), (4, False), (3, True), (8, True)])
+def test_a_tp_size_that_does_not_divide_the_heads_is_refused(world, tp, refused):
+    # The synthetic checkpoint has HEADS (4) attention heads: vLLM starts only where the ranks split them whole.
+    assert world["record"]["model"]["num_attention_heads"] == HEADS == 4
+    if refused:
+        with pytest.raises(LedgerInputError, match=rf"^tensor_parallel_size {tp} contradicts the model: its "
+                                                   rf"config.json gives 4 attention heads"):
+            decode_ledger(world["summary"], world["record"], tensor_parallel_size=tp, key_tokens=0)
+    else:
+        assert decode_ledger(world["summary"], world["record"], tensor_parallel_size=tp,
+                             key_tokens=0)["tensor_parallel_size"] == tp
+
+
+def test_a_record_without_the_heads_is_not_checked(world):
+    # capture.json records written before the heads were kept, and a model without attention (the sandbox's)
+    for heads in (None, 0):
+        record = copy.deepcopy(world["record"])
+        record["model"]["num_attention_heads"] = heads
+        ledger = decode_ledger(world["summary"], record, tensor_parallel_size=3, key_tokens=0)
+        assert ledger["tensor_parallel_size"] == 3

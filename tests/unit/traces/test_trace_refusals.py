@@ -161,3 +161,16 @@ def test_the_help_says_where_the_tensor_parallel_size_comes_from(capsys):
     assert main(["--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "a trace without one gives none, and --checkpoint then needs this" in out
+
+
+def test_a_tensor_parallel_size_that_does_not_split_the_heads_is_refused_by_its_flag(tmp_path, ev, capsys):
+    from vllm_ops import checkpoint as ckpt
+
+    path = _one_trace(tmp_path, ev, info=False)
+    heads = {"tool": ckpt.TOOL, "schema": ckpt.SCHEMA, "error": None, "model": {"num_attention_heads": 6},
+             "routed_experts": {"layers": []}}
+    record = _write(tmp_path / "record.json", heads, gz=False)
+    assert main([path, "--checkpoint", record, "--tensor-parallel-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vllm-trace-summary: error: --tensor-parallel-size 4 contradicts the model: its "
+                          "config.json gives 6 attention heads")
