@@ -37,19 +37,20 @@ VLLM_CPU_MAKE := molecule/vllm_cpu/files/make_venv.sh
 # scenario alone leaves the CPUs idle while it waits on loads and stops: two lanes keep both busy.
 LANES ?= 2
 LANE_LOGS := .lane-logs
-# What each suite costs on this kind of machine, in seconds, measured in two lanes (docs/testing.md):
+# What each suite costs on this kind of machine, in seconds, measured in two lanes (CI's run of 2026-12-03,
+# every suite of make ci in one set of lanes; docs/testing.md):
 # the lanes take the longest first, and print each suite's time against its cost at the end. A
 # scenario not named here counts 300.
-COST_unit := 320
-COST_integration := 410
-COST_campaign := 2300
-COST_rollout := 1000
-COST_campaign_multi := 400
-COST_default := 120
+COST_unit := 365
+COST_integration := 670
+COST_campaign := 2950
+COST_rollout := 1440
+COST_campaign_multi := 425
+COST_default := 130
 COST_gpu_release := 150
-COST_contract := 220
-COST_real_unit := 30
-COST_vllm_cpu := 1650
+COST_contract := 230
+COST_real_unit := 40
+COST_vllm_cpu := 2110
 UNIT_TESTS := $(BIN)/pytest -q tests --ignore=tests/integration -m 'not real_vllm'
 INTEGRATION_TESTS := $(BIN)/pytest -q tests/integration
 MOLECULE_SCENARIOS := $(filter-out resources vllm_cpu,$(notdir $(wildcard molecule/*)))
@@ -59,10 +60,11 @@ STANDIN_JOBS := "unit=$(COST_unit)=$(UNIT_TESTS)" "integration=$(COST_integratio
 REAL_JOBS := "contract=$(COST_contract)=$(BIN)/pytest -q tests/contract" \
              "real_unit=$(COST_real_unit)=$(BIN)/pytest -q tests/unit -m real_vllm" \
              "vllm_cpu=$(COST_vllm_cpu)=$(BIN)/molecule test -s vllm_cpu"
-# CI's budget for .ci/run (make ci), in seconds. The goal is 3000 (50 minutes); today's suites cost
-# about an hour in two lanes (docs/testing.md), so the budget is 70 minutes and more than 10% over it
-# (77) fails, well inside CI's 90: lower it as the suites get cheaper.
-CI_BUDGET_S ?= 4200
+# CI's budget for .ci/run (make ci), in seconds. The goal is 3000 (50 minutes); CI measured today's
+# suites at 4358 s (2026-12-03: the costs above add up to 8500 lane-seconds, two lanes), so the budget
+# is 75 minutes and more than 10% over it (82.5) fails, inside CI's 90: lower it as the suites get
+# cheaper (docs/testing.md says where the minutes go).
+CI_BUDGET_S ?= 4500
 
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
