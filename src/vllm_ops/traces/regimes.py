@@ -8,7 +8,8 @@ decode time. They are then reported as a regime of their own, with its own figur
 Definitions (thresholds are the constants below):
 
 * Candidates: the decode steps rule 2 of :mod:`.steady` left out (duration beyond the median
-  +/- ``OUTLIER_REL``), except the first decode step of a capture (its start-up), split by
+  +/- ``OUTLIER_REL``), except the first decode step of a capture (its start-up) and a host
+  stall (:mod:`.stalls`: one long wait of the host, named on its own, no way of running), split by
   side: ``slower`` (above the median) or ``faster`` (below). On ranks in lockstep (the same
   decode step count) a step index is a candidate when some rank's step is one, on the side of
   its first such rank; otherwise ranks are taken one by one.
@@ -26,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from statistics import median
 
-from . import steady
+from . import stalls, steady
 
 MIN_STEPS = 2
 MIN_STEP_SHARE = 0.2
@@ -42,9 +43,10 @@ def find(per_rank: Mapping[int, Sequence[Mapping]], lockstep: bool) -> list[dict
     for rank, ranks in groups:
         side_of: dict[int, str] = {}
         for rows in ranks.values():
-            firsts = {s["index"] for s in steady.first_steps(rows)}
+            # a capture's start-up and a host stall are no regime
+            apart = {s["index"] for s in steady.first_steps(rows)} | {x["index"] for x in stalls.find(rows)}
             for idx, (d, med) in steady.outliers(rows).items():
-                if idx not in firsts:  # a capture's start-up is no regime
+                if idx not in apart:
                     side_of.setdefault(idx, "slower" if d > med else "faster")
         for side in ("slower", "faster"):
             idx = sorted(i for i, s in side_of.items() if s == side)

@@ -9,9 +9,12 @@ The steady-state rule (documented once, here; thresholds are the constants below
    capture absorbs that gap. In a trace concatenated from several captures (the step rows'
    ``capture``), so is the first step of each capture. Where a prefill (or mixed) step came
    first, the start-up landed in it, and the first decode step is judged as any other.
-2. A decode step whose duration (its period; the window for the last step, which has no
-   period; the CPU annotation on a rank without GPU kernels) lies further than
-   :data:`OUTLIER_REL` times the rank's median from that median is left out.
+2. A decode step whose duration (its period; the CPU annotation on a rank without GPU kernels)
+   lies further than :data:`OUTLIER_REL` times the rank's median from that median is left out.
+   A capture's last step has no period: its window is held against the median window of the
+   rank's steps that have both, like against like (a window leaves out the host's time between
+   two steps, so against the median period a slow last step could pass as steady, and on a
+   host-bound rank a normal one as far too fast).
 3. The ranks of a tensor-parallel group run the same steps in lockstep, and collectives are
    matched across them: a step index left out on one rank is left out on every rank (when
    the ranks have the same number of decode steps).
@@ -39,9 +42,9 @@ FIRST_STEP_MIN_STEPS = 3
 START_UP = "first profiled step (profiler start-up; ranks start profiling apart)"
 OUTLIER_REL = 0.5
 RULE = ("left out: each rank's first step when it is a decode step (when it has at least 3; of each capture, in a "
-        "trace concatenated from several), and any decode step whose period "
-        "(window for the last step) is further than 50% of the rank's median from that median; a step left out "
-        "on one rank is left out on all ranks of the group")
+        "trace concatenated from several), and any decode step whose period is further than 50% of the rank's "
+        "median from that median (the last step, which has no period: its window against the median window); a "
+        "step left out on one rank is left out on all ranks of the group")
 
 
 def stats(values: Iterable[float | None]) -> dict | None:
@@ -75,6 +78,7 @@ def left_out(decode_steps: Sequence[Mapping]) -> dict[int, list[str]]:
         for s in first_steps(decode_steps):
             out[s["index"]] = [START_UP]
     stalled = {x["index"]: x for x in stalls.find(decode_steps)}
+    windowed = {s["index"] for s in decode_steps if _by_window(s)}
     for idx, (d, median) in outliers(decode_steps).items():
         if idx in stalled:
             x = stalled[idx]
@@ -82,8 +86,9 @@ def left_out(decode_steps: Sequence[Mapping]) -> dict[int, list[str]]:
                 f"host stall: {x['host_ms']:.2f} ms outside the GPU window, "
                 + (f"{x['ratio']:.0f}x " if x["ratio"] is not None else "far above ")
                 + f"the rank's median host time ({x['median_host_ms']:.2f} ms)")
+        against = ("the median window", "; the last step has no period") if idx in windowed else ("the median step", "")
         out.setdefault(idx, []).append(
-            f"lasts {d:.2f} ms, {d / median:.1f}x the median step ({median:.2f} ms), outside the median "
+            f"lasts {d:.2f} ms, {d / median:.1f}x {against[0]} ({median:.2f} ms{against[1]}), outside the median "
             f"+/- {int(OUTLIER_REL * 100)}%")
     return out
 
@@ -102,16 +107,26 @@ def first_steps(decode_steps: Sequence[Mapping]) -> list[Mapping]:
     return out
 
 
+def _by_window(step: Mapping) -> bool:
+    """Whether rule 2 judges ``step`` by its window: a step with a window and no period (a capture's last)."""
+    return step.get("period_ms") is None and step.get("window_ms") is not None
+
+
 def outliers(decode_steps: Sequence[Mapping]) -> dict[int, tuple[float, float]]:
-    """Rule 2 alone: step index -> (its duration, the rank's median duration), ms."""
+    """Rule 2 alone: step index -> (its duration, the median it is held against), ms: the rank's median
+    duration, or for a step judged by its window, the median window of the steps with a period."""
     durations = [step_duration(s) for s in decode_steps]
     known = [d for d in durations if d is not None]
+    windows = [s["window_ms"] for s in decode_steps
+               if s.get("period_ms") is not None and s.get("window_ms") is not None]
     out: dict[int, tuple[float, float]] = {}
     if len(known) >= FIRST_STEP_MIN_STEPS:
         median = float(np.median(known))
+        median_window = float(np.median(windows)) if len(windows) >= FIRST_STEP_MIN_STEPS else median
         for s, d in zip(decode_steps, durations, strict=True):
-            if d is not None and median > 0 and abs(d - median) > OUTLIER_REL * median:
-                out[s["index"]] = (d, median)
+            m = median_window if _by_window(s) else median
+            if d is not None and m > 0 and abs(d - m) > OUTLIER_REL * m:
+                out[s["index"]] = (d, m)
     return out
 
 
