@@ -31,7 +31,7 @@ from ..traces.experiments import with_ledger
 from ..traces.verdict import describe
 from .errors import TuneInputError
 from .history import COLUMN_DOCS, append_tune
-from .plan import build_plan, cost, plan_words
+from .plan import build_plan, cost, plan_words, served_allreduce
 from .prescreen import screen, screen_words
 from .result import EXPERIMENT_DIR, analyze, merged_settings, winner, write_outputs
 
@@ -84,6 +84,7 @@ def do_plan(args: argparse.Namespace) -> str:
         raise TuneInputError('--unit must be {"environment": {...}, "extra_args": [...]}')
     spec = _json_arg(args.speculative_config, "--speculative-config")
     origin: dict = {}
+    served = served_allreduce(None)
     if args.plan:
         if args.plan == "-":
             source = _json_arg(sys.stdin.read(), "the plan on stdin")
@@ -91,6 +92,10 @@ def do_plan(args: argparse.Namespace) -> str:
             source = read_json(args.plan, "plan file", TuneInputError)
         where = "the plan file" if args.plan == "-" else f"the plan file {args.plan}"
         origin = {"kind": "file", "path": None if args.plan == "-" else args.plan, "words": where}
+        # the all-reduce the service runs, from the host's newest trace summary where it has one
+        newest = find_newest(args.loads_under, "summary.json") if args.loads_under else None
+        if newest is not None:
+            served = served_allreduce(read_json(newest, "trace summary", TuneInputError), str(newest))
     else:
         path = args.summary or find_newest(args.summary_under, "summary.json")
         if path is None:
@@ -105,9 +110,10 @@ def do_plan(args: argparse.Namespace) -> str:
         transfer = (verdict.get("evidence") or {}).get("allreduce_transfer_ms")
         origin = {"kind": "verdict", "path": path, "verdict": describe(verdict), "transfer_ms": transfer,
                   "words": f"the verdict \"{describe(verdict)}\" ({path})"}
+        served = served_allreduce(summary, str(path))
     plan = build_plan(source, unit_environment=unit.get("environment") or {}, unit_args=unit.get("extra_args") or [],
                       max_loads=args.max_loads, speculative_config=spec or None, where=origin.get("path") or "plan",
-                      origin=origin)
+                      origin=origin, served=served)
     plan["unit"] = {"environment": dict(unit.get("environment") or {}),
                     "extra_args": list(unit.get("extra_args") or [])}
     plan["cost"] = cost(plan, args.profile_loads, last_load(args.loads_under))

@@ -18,11 +18,19 @@ Definitions (:func:`build_plan`):
   test gets the configured method instead of n-gram where one is given (a draft or EAGLE model). A
   candidate whose settings are the unit's own (its environment already the unit's, no arguments)
   is left out, with that reason (``dropped``).
+- **the served all-reduce** (:func:`served_allreduce`, ``served_allreduce`` in the plan): the path
+  the running service's decode all-reduce takes, named by the trace's kernels (the summary's
+  all-reduce time and the part of it in NCCL's kernels): ``nccl`` when NCCL's kernels hold at
+  least :data:`NCCL_SERVED_SHARE` of it, ``other`` (vLLM's custom, symmetric-memory or FlashInfer
+  all-reduce) otherwise, null when no trace shows an all-reduce (a plan file and no summary of
+  the host, or one GPU).
 - **pre-screenable** (``prescreen``): a candidate that changes only what the floor benchmark runs
-  as the server would: NCCL variables (``NCCL_*``) and the all-reduce path switches that keep
-  vLLM on NCCL (:data:`NCCL_PATH_SWITCHES`). The benchmark times NCCL itself, so a candidate with
-  arguments (``--disable-custom-all-reduce``, speculative decoding, ...) or another variable
-  (one that turns a path of vLLM's own on) can only be judged by a load; ``why`` says so.
+  as the server would, on a service whose all-reduce is NCCL's: NCCL variables (``NCCL_*``) and
+  the all-reduce path switches set to the values that keep vLLM on NCCL
+  (:data:`NCCL_PATH_SWITCHES`). The benchmark times NCCL itself, so a candidate with arguments
+  (``--disable-custom-all-reduce``, speculative decoding, ...), another variable, a path switch
+  that takes vLLM off NCCL, or any candidate where the served all-reduce is not (known to be)
+  NCCL's, can only be judged by a load; ``why`` says so.
 - **loads**: at least ``loads_min`` = the candidates that cannot be pre-screened, at most
   ``loads_max`` = min(``max_loads``, all candidates). The plan is **over the budget** when
   ``loads_min`` exceeds ``max_loads``: even if every pre-screen failed, its other variants could
@@ -48,21 +56,54 @@ from .errors import TuneInputError
 SCHEMA = "vllm-ops/tune-plan/1"
 # Environment settings under which vLLM's all-reduce stays NCCL's, as the floor benchmark runs it.
 NCCL_PATH_SWITCHES = {"VLLM_ALLREDUCE_USE_FLASHINFER": "0", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
+# The variables that choose vLLM's all-reduce path.
+PATH_SWITCH_PREFIX = "VLLM_ALLREDUCE_"
+# The share of the decode all-reduce time in NCCL's kernels from which the served all-reduce is NCCL's.
+NCCL_SERVED_SHARE = 0.95
 _TEST_KEYS = ("text", "test", "variants", "sweeps", "ledger_part", "expected_ms")
+_OTHER_PATHS = "vLLM's custom, symmetric-memory or FlashInfer all-reduce"
 
 
-def prescreen_why(candidate: Mapping) -> str | None:
-    """Why the floor benchmark cannot pre-screen ``candidate``, or None when it can."""
+def served_allreduce(summary: Mapping | None, where: str | None = None) -> dict:
+    """``{path, words}``: the all-reduce the traced service ran (see the module's docstring); ``where``
+    names the summary in the words."""
+    ar = (summary or {}).get("allreduce") if isinstance(summary, Mapping) else None
+    total = (ar or {}).get("ms_per_step_mean") if isinstance(ar, Mapping) else None
+    nccl = (ar or {}).get("nccl_ms_per_step_mean") if isinstance(ar, Mapping) else None
+    source = f" ({where})" if where else ""
+    if summary is None:
+        return {"path": None, "words": "not known: no trace summary of this host"}
+    if not isinstance(total, (int, float)) or not total or not isinstance(nccl, (int, float)):
+        return {"path": None, "words": f"not known: the trace shows no decode all-reduce{source}"}
+    if nccl >= NCCL_SERVED_SHARE * total:
+        return {"path": "nccl", "words": f"NCCL's (its kernels hold {nccl / total:.0%} of the decode all-reduce"
+                                         f"{source})"}
+    return {"path": "other", "words": f"not NCCL's ({_OTHER_PATHS}: NCCL's kernels hold {nccl / total:.0%} of the "
+                                      f"decode all-reduce{source})"}
+
+
+def prescreen_why(candidate: Mapping, served: str | None) -> str | None:
+    """Why the floor benchmark cannot pre-screen ``candidate`` on a service whose all-reduce takes
+    the path ``served`` (:func:`served_allreduce`), or None when it can."""
     if candidate.get("extra_args"):
         return (f"it passes arguments ({' '.join(candidate['extra_args'])}), which the floor benchmark does not run: "
                 "only a load judges it")
-    others = [k for k, v in (candidate.get("environment") or {}).items()
-              if not k.startswith("NCCL_") and NCCL_PATH_SWITCHES.get(k) != v]
+    env = candidate.get("environment") or {}
+    others = [k for k in env if not k.startswith("NCCL_") and not k.startswith(PATH_SWITCH_PREFIX)]
     if others:
         return (f"it sets {', '.join(others)}, which the floor benchmark (NCCL alone) does not run as the server "
                 "would: only a load judges it")
-    if not candidate.get("environment"):
+    off_nccl = [k for k, v in env.items() if k.startswith(PATH_SWITCH_PREFIX) and NCCL_PATH_SWITCHES.get(k) != str(v)]
+    if off_nccl:
+        return (f"it sets {', '.join(f'{k}={env[k]}' for k in off_nccl)}, which can take vLLM's all-reduce off NCCL "
+                "(the floor benchmark times NCCL alone): only a load judges it")
+    if not env:
         return "it changes nothing the floor benchmark runs"
+    if served != "nccl":
+        why = ("is not known (no trace shows it)" if served is None
+               else f"is not NCCL's ({_OTHER_PATHS})")
+        return (f"the served all-reduce {why}, and the floor benchmark times NCCL alone: its NCCL settings may not "
+                "touch what the server runs, so only a load judges it")
     return None
 
 
@@ -112,8 +153,11 @@ def _speculative(candidate: dict, config: Mapping) -> dict:
 
 
 def build_plan(source: object, *, unit_environment: Mapping, unit_args: Sequence[str], max_loads: int,
-               speculative_config: Mapping | None = None, where: str = "plan", origin: Mapping | None = None) -> dict:
-    """The plan (see the module's docstring) of ``source``; TuneInputError on bad input."""
+               speculative_config: Mapping | None = None, where: str = "plan", origin: Mapping | None = None,
+               served: Mapping | None = None) -> dict:
+    """The plan (see the module's docstring) of ``source``; ``served``: :func:`served_allreduce`'s record
+    (default: not known). TuneInputError on bad input."""
+    served = dict(served) if served is not None else served_allreduce(None)
     if isinstance(max_loads, bool) or not isinstance(max_loads, int) or max_loads < 0:
         raise TuneInputError(f"vllm_tune_max_loads must be a whole number of loads, 0 or more, got {max_loads!r}")
     unit_env = {str(k): str(v) for k, v in (unit_environment or {}).items() if v is not None}
@@ -147,7 +191,7 @@ def build_plan(source: object, *, unit_environment: Mapping, unit_args: Sequence
             if twin is not None:
                 names.append(c["name"])
                 continue
-            c["prescreen_why"] = prescreen_why(c)
+            c["prescreen_why"] = prescreen_why(c, served["path"])
             c["prescreen"] = c["prescreen_why"] is None
             c["settings"] = settings_text(_changes(c["environment"], unit_env), c["extra_args"])
             candidates.append(c)
@@ -161,7 +205,8 @@ def build_plan(source: object, *, unit_environment: Mapping, unit_args: Sequence
     loads_min, loads_max = len(unscreened), min(max_loads, len(candidates))
     over = loads_min > max_loads
     return {
-        "schema": SCHEMA, "origin": dict(origin or {}), "tests": tests, "candidates": candidates, "dropped": dropped,
+        "schema": SCHEMA, "origin": dict(origin or {}), "served_allreduce": served,
+        "tests": tests, "candidates": candidates, "dropped": dropped,
         "manual": manual, "prescreen": [c["name"] for c in candidates if c["prescreen"]], "unscreened": unscreened,
         # allreduce_bench_variants of the pre-screen: the candidates' environments laid over the unit's
         "prescreen_variants": [{"name": c["name"], "environment": c["environment"]} for c in candidates
@@ -208,6 +253,12 @@ def plan_words(plan: Mapping, c: Mapping) -> str:
                  f"then at most {plan['budget']['max_loads']} variant load(s), best first"
                  + (f" (at least {plan['budget']['loads_min']}: {', '.join(plan['unscreened'])} cannot be "
                     "pre-screened)" if plan["unscreened"] else "")]
+    served = plan.get("served_allreduce")
+    # said where it decided something: a candidate pre-screened, or one loaded for want of NCCL's all-reduce
+    if served and (pre or any((c.get("prescreen_why") or "").startswith("the served all-reduce")
+                              for c in plan["candidates"])):
+        parts.append(f"the served all-reduce is {served['words']}"
+                     + ("" if served.get("path") == "nccl" else ": no NCCL-only candidate is pre-screened"))
     if plan["manual"]:
         parts.append("not a variant, left to you: " + "; ".join(plan["manual"]))
     minutes = ("" if c["load_s"] is None else

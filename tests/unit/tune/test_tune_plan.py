@@ -9,12 +9,13 @@ import pytest
 
 from vllm_ops.traces.experiments import data_form
 from vllm_ops.tune import TuneInputError, build_plan, last_load
-from vllm_ops.tune.plan import cost, plan_words, prescreen_why
+from vllm_ops.tune.plan import cost, plan_words, prescreen_why, served_allreduce
 
-from tune_helpers import COMM_NEXT, HOST_NEXT, UNIT
+from tune_helpers import COMM_NEXT, HOST_NEXT, NCCL_SERVED, UNIT
 
 
 def _plan(source, max_loads=2, **kw):
+    kw.setdefault("served", NCCL_SERVED)
     return build_plan(source, unit_environment=UNIT["environment"], unit_args=UNIT["extra_args"], max_loads=max_loads,
                       **kw)
 
@@ -37,7 +38,7 @@ def test_a_communication_bound_verdict_pre_screens_the_six_nccl_variants():
 
 def test_a_candidate_that_is_the_unit_s_own_settings_is_left_out():
     unit = {**UNIT["environment"], "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}
-    plan = build_plan(COMM_NEXT, unit_environment=unit, unit_args=[], max_loads=2)
+    plan = build_plan(COMM_NEXT, unit_environment=unit, unit_args=[], max_loads=2, served=NCCL_SERVED)
     assert plan["dropped"] == [{"name": "nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS=16",
                                 "why": "its settings are the unit's own"}]
     assert len(plan["prescreen"]) == 5
@@ -98,7 +99,7 @@ def test_a_bad_plan_is_refused_before_anything_stops(source, words):
     ({"environment": {}}, "changes nothing"),
 ])
 def test_only_what_the_floor_runs_is_pre_screened(variant, why):
-    got = prescreen_why(variant)
+    got = prescreen_why(variant, "nccl")
     assert (got is None) if why is None else (why in got)
 
 
@@ -155,3 +156,79 @@ def test_the_example_plan_files_plan(name):
         assert plan["prescreen"] == [c["name"] for c in _plan(COMM_NEXT)["candidates"] if c["prescreen"]]
     else:
         assert plan["unscreened"] == ["cuda-graphs", "async-scheduling"]
+
+
+# ------------------------------------------------------------------ the served all-reduce (issue 29, point 3)
+# A trace's decode all-reduce time and the part of it in NCCL's kernels, ms a step, as the summary gives them.
+@pytest.mark.parametrize(("allreduce", "path"), [
+    ({"ms_per_step_mean": 10.0, "nccl_ms_per_step_mean": 10.0}, "nccl"),
+    ({"ms_per_step_mean": 10.0, "nccl_ms_per_step_mean": 9.6}, "nccl"),  # 96%: a stray custom call or two
+    ({"ms_per_step_mean": 10.0, "nccl_ms_per_step_mean": 9.0}, "other"),
+    ({"ms_per_step_mean": 10.0, "nccl_ms_per_step_mean": 0.0}, "other"),  # vLLM's custom all-reduce alone
+    ({"ms_per_step_mean": None, "nccl_ms_per_step_mean": None}, None),  # no all-reduce: one GPU
+    ({"ms_per_step_mean": 0.0, "nccl_ms_per_step_mean": 0.0}, None),
+])
+def test_the_served_all_reduce_is_named_by_the_trace_s_kernels(allreduce, path):
+    served = served_allreduce({"allreduce": allreduce}, "s.json")
+    assert served["path"] == path
+    assert "s.json)" in served["words"]
+    assert served_allreduce(None) == {"path": None, "words": "not known: no trace summary of this host"}
+
+
+def test_the_h200_pair_serves_nccl_s_all_reduce():
+    from vllm_ops.traces import summarize
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[3]
+    summary = summarize([str(root / "tests" / "data" / "traces" / "h200_tp2_decode")], decode_pattern="^decode_step$")
+    assert served_allreduce(summary)["path"] == "nccl"
+
+
+@pytest.mark.parametrize("served", [{"path": "other", "words": "not NCCL's (custom)"},
+                                    {"path": None, "words": "not known: no trace summary of this host"}])
+def test_nccl_candidates_are_loaded_where_the_served_all_reduce_is_not_nccl_s(served):
+    plan = _plan(COMM_NEXT, max_loads=7, served=served)
+    assert plan["prescreen"] == [] and len(plan["unscreened"]) == 7
+    by = {c["name"]: c for c in plan["candidates"]}
+    why = by["nccl:NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS=8"]["prescreen_why"]
+    assert why.startswith("the served all-reduce is not") and "only a load judges it" in why
+    assert plan["served_allreduce"] == served
+    words = plan_words(plan, cost(plan, 1, {"seconds": None, "source": "no load measured"}))
+    assert f"the served all-reduce is {served['words']}: no NCCL-only candidate is pre-screened" in words
+    # at the default budget the same plan is refused with its cost, before anything stops
+    assert _plan(COMM_NEXT, served=served)["budget"]["over"]
+
+
+def test_a_switch_that_can_take_vllm_off_nccl_is_loaded_even_where_nccl_serves():
+    source = {"variants": [{"name": "flashinfer-on", "environment": {"VLLM_ALLREDUCE_USE_FLASHINFER": "1"}},
+                           {"name": "symm-mem", "environment": {"VLLM_ALLREDUCE_USE_SYMM_MEM": "1",
+                                                                "NCCL_PROTO": "LL128"}},
+                           {"name": "nccl-kept", "environment": {"VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
+                                                                 "NCCL_PROTO": "LL128"}}]}
+    plan = _plan(source)
+    assert plan["prescreen"] == ["nccl-kept"] and plan["unscreened"] == ["flashinfer-on", "symm-mem"]
+    by = {c["name"]: c for c in plan["candidates"]}
+    assert "VLLM_ALLREDUCE_USE_FLASHINFER=1, which can take vLLM's all-reduce off NCCL" in by["flashinfer-on"][
+        "prescreen_why"]
+    words = plan_words(plan, cost(plan, 0, {"seconds": None, "source": "no load measured"}))
+    assert "the served all-reduce is NCCL's" in words and "no NCCL-only candidate" not in words
+
+
+def test_a_plan_file_reads_the_served_all_reduce_from_the_host_s_newest_summary(tmp_path, capsys):
+    from vllm_ops.tune.cli import main
+
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({"variants": [{"name": "ll128", "environment": {"NCCL_PROTO": "LL128"}}]}))
+    host = tmp_path / "artifacts"
+    argv = ["plan", "--plan", str(plan_file), "--unit", json.dumps(UNIT), "--max-loads", "2",
+            "--loads-under", str(host)]
+    assert main(argv) == 0  # no summary of the host: the served all-reduce is not known, so a load
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["served_allreduce"]["path"] is None and plan["unscreened"] == ["ll128"]
+    for job, nccl in (("20261201T000000", 0.0), ("20261202T000000", 10.0)):  # the newer one serves NCCL
+        (host / job / "profile").mkdir(parents=True)
+        (host / job / "profile" / "summary.json").write_text(json.dumps(
+            {"allreduce": {"ms_per_step_mean": 10.0, "nccl_ms_per_step_mean": nccl}}))
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["served_allreduce"]["path"] == "nccl" and plan["prescreen"] == ["ll128"]
+    assert "20261202T000000" in plan["served_allreduce"]["words"]

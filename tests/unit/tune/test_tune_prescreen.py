@@ -8,7 +8,7 @@ import pytest
 from vllm_ops.tune import TuneInputError, build_plan, screen
 from vllm_ops.tune.prescreen import screen_words
 
-from tune_helpers import COMM_NEXT, UNIT, floor
+from tune_helpers import COMM_NEXT, NCCL_SERVED, UNIT, floor
 
 LL = "nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS={}"
 LL128 = "nccl:NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS={}"
@@ -16,7 +16,8 @@ SIMPLE = "nccl:NCCL_PROTO=Simple,NCCL_MAX_NCHANNELS={}"
 
 
 def _plan(max_loads=2):
-    return build_plan(COMM_NEXT, unit_environment=UNIT["environment"], unit_args=[], max_loads=max_loads)
+    return build_plan(COMM_NEXT, unit_environment=UNIT["environment"], unit_args=[], max_loads=max_loads,
+                      served=NCCL_SERVED)
 
 
 def _floors():

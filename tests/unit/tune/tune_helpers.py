@@ -13,11 +13,15 @@ UNIT = {"environment": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MAX_NCHAN
         "extra_args": ["--trust-remote-code"]}
 COMM_NEXT = [data_form("an NCCL sweep on PCIe", "nccl-sweep"), data_form("speculative decoding", "speculative")]
 HOST_NEXT = [data_form("find what slows rank 1's host", None), data_form("turn CUDA graphs on", "cuda-graphs")]
+# The served all-reduce of the traces these tests stand for (the H200 pair's: NCCL's kernels only).
+NCCL_SERVED = {"path": "nccl", "words": "NCCL's (its kernels hold 100% of the decode all-reduce)"}
 
 
 def summary(next_tests, kind="communication-bound", transfer_ms=10.0, ledger=None) -> dict:
     s = {"verdict": {"kind": kind, "rank": None, "category": None, "evidence": {"allreduce_transfer_ms": transfer_ms},
-                     "next": [t["text"] for t in next_tests], "next_tests": next_tests}}
+                     "next": [t["text"] for t in next_tests], "next_tests": next_tests},
+         # the decode all-reduce, all of it in NCCL's kernels
+         "allreduce": {"ms_per_step_mean": transfer_ms, "nccl_ms_per_step_mean": transfer_ms}}
     if ledger is not None:
         s["ledger"] = ledger
     return s
