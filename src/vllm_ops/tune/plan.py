@@ -255,8 +255,8 @@ def plan_words(plan: Mapping, c: Mapping) -> str:
                     "pre-screened)" if plan["unscreened"] else "")]
     served = plan.get("served_allreduce")
     # said where it decided something: a candidate pre-screened, or one loaded for want of NCCL's all-reduce
-    if served and (pre or any((c.get("prescreen_why") or "").startswith("the served all-reduce")
-                              for c in plan["candidates"])):
+    if served and (pre or any((x.get("prescreen_why") or "").startswith("the served all-reduce")
+                              for x in plan["candidates"])):
         parts.append(f"the served all-reduce is {served['words']}"
                      + ("" if served.get("path") == "nccl" else ": no NCCL-only candidate is pre-screened"))
     if plan["manual"]:
