@@ -18,9 +18,14 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 image=${VLLM_OPS_IMAGE:-localhost/vllm-ops-host:latest}
 key="$root/.sandbox/id_ed25519"
 
+# Under a lock: the lanes start two scenarios at once, and in a fresh clone both would make the key;
+# the second ssh-keygen then asks whether to overwrite it, with no one to answer, and fails.
 ensure_key() {
     mkdir -p "$root/.sandbox"
-    [ -f "$key" ] || ssh-keygen -q -t ed25519 -N '' -C vllm-ops-sandbox -f "$key"
+    (
+        flock 9
+        [ -f "$key" ] || ssh-keygen -q -t ed25519 -N '' -C vllm-ops-sandbox -f "$key"
+    ) 9>"$root/.sandbox/key.lock"
 }
 
 wait_for() {  # wait_for SECONDS DESCRIPTION CMD...
