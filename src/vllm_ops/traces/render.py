@@ -173,9 +173,16 @@ def _stalls_part(summary: Mapping) -> str:
     steps = sorted({x["index"] for x in found})
     share = f" ({100 * top['time_share']:.0f}% of the decode time)" if top.get("time_share") is not None else ""
     head = "a host stall" if len(steps) == 1 else f"{len(steps)} host stalls, the largest"
-    return (f"; {head} in decode step {top['index']}: {_ms(top['host_ms'])} ms outside its GPU window, "
+    return (f"; {head} in decode step {top['index']}{_first_words(top)}: {_ms(top['host_ms'])} ms outside its GPU "
+            "window, "
             + (f"{top['ratio']:.0f}x the median" if top.get("ratio") is not None else "far above the median")
             + share)
+
+
+def _first_words(stall: Mapping) -> str:
+    """What a stall on the first step of its capture adds to its name: the profiler's start-up is there too."""
+    return (" (the capture's first step: the profiler's start-up may hold part of it)"
+            if stall.get("first_in_capture") else "")
 
 
 FLOOR_WORDS = {"weights": "weight", "kv_cache": "KV-cache", "allreduce": "all-reduce"}
@@ -536,8 +543,9 @@ def _stalls(summary: Mapping) -> list[str]:
     out = ["## Host stalls", "",
            f"Decode steps whose host time outside the GPU window is at least {th.get('stall_rel')}x the rank's median "
            f"host time and at least {th.get('stall_periods')} median periods:", ""]
-    out += [f"- rank {x['rank']} step {x['index']}: {_num(x['host_ms'])} ms ({x['ratio']}x the median "
-            f"{_num(x['median_host_ms'])} ms), {_pct(x.get('time_share'))} of the rank's decode time" for x in found]
+    out += [f"- rank {x['rank']} step {x['index']}{_first_words(x)}: {_num(x['host_ms'])} ms ({x['ratio']}x the "
+            f"median {_num(x['median_host_ms'])} ms), {_pct(x.get('time_share'))} of the rank's decode time"
+            for x in found]
     return [*out, ""]
 
 

@@ -36,7 +36,8 @@ left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdic
   (:func:`.graphs.contrast`: ``cause`` ``eager`` where its steps ran without CUDA graphs while the
   steady ones ran in graphs; its verdict's advice is then the capture sizes, not the host).
 * ``stalls``: :mod:`.stalls`: ``steps`` (each ``rank``, ``index``, ``host_ms``,
-  ``median_host_ms``, ``ratio``, ``time_share``) and the ``thresholds``; each also a warning.
+  ``median_host_ms``, ``ratio``, ``time_share``, ``first_in_capture``) and the ``thresholds``;
+  each also a warning.
 * per rank, ``phases``: :mod:`.phases` over every step of the rank (decode, prefill and mixed,
   each its own figures: steps, time and share of the profiled step time, median period).
 * ``coverage``: :mod:`.coverage` (``world_size``, ``present``, ``missing``, ``unreadable``,
@@ -481,10 +482,11 @@ def _combine(ranks: list[dict], decode_pattern: str | None, prefill_pattern: str
         if e["gpu_time_measured"] and e["decode_steps"]:
             for x in stalls.find([s for s in e["steps"] if s["phase"] == DECODE]):
                 stall_list.append({"rank": e["rank"], **x})
-                warnings.append(f"rank {e['rank']}: decode step {x['index']} is a host stall: {x['host_ms']:.2f} ms "
-                                f"outside its GPU window, {x['ratio'] or '>'}x the rank's median host time "
-                                f"({x['median_host_ms']:.2f} ms), {100 * (x['time_share'] or 0):.0f}% of its decode "
-                                "time.")
+                first = " (its capture's first step)" if x["first_in_capture"] else ""
+                warnings.append(f"rank {e['rank']}: decode step {x['index']}{first} is a host stall: "
+                                f"{x['host_ms']:.2f} ms outside its GPU window, {x['ratio'] or '>'}x the rank's "
+                                f"median host time ({x['median_host_ms']:.2f} ms), "
+                                f"{100 * (x['time_share'] or 0):.0f}% of its decode time.")
     ctx = _context(ranks, context)
     ctx.update(engine=engine, api=api)
     _check_tp(context.get("tensor_parallel_size"), world, warnings)

@@ -213,6 +213,27 @@ def test_a_host_stall_is_named_a_stall(pair):
     assert "host stall" in verdict_sentence(s)
 
 
+def test_a_host_stall_on_the_captures_first_step_is_named_beside_the_start_up(pair):
+    plan = ["decode"] * 7
+    d, truth = pair(plan, stall={0: STALL_US})
+    s = summarize([d])
+    periods = _periods(truth)
+    host = [(p - (tr["w1"] - tr["w0"])) / 1000.0 for p, tr in zip(periods, truth, strict=True) if p is not None]
+    durations = [p if p is not None else tr["w1"] - tr["w0"] for p, tr in zip(periods, truth, strict=True)]
+    assert host[0] >= 4 * statistics.median(host) and host[0] * 1000.0 >= statistics.median(periods[:-1])
+    stalls_ = s["stalls"]["steps"]
+    assert [(x["rank"], x["index"], x["first_in_capture"]) for x in stalls_] == [(0, 0, True), (1, 0, True)]
+    for x in stalls_:
+        assert x["host_ms"] == pytest.approx(host[0], abs=1e-4)
+        assert x["time_share"] == pytest.approx(host[0] * 1000.0 / sum(durations), abs=1e-4)
+    (left,) = s["steady_state"]["left_out"]
+    assert left["index"] == 0
+    assert "profiler start-up" in left["reason"] and "host stall" in left["reason"]
+    sentence = verdict_sentence(s)
+    assert "host stall in decode step 0 (the capture's first step" in sentence
+    assert f"{100 * host[0] * 1000.0 / sum(durations):.0f}% of the decode time" in sentence
+
+
 # ------------------------------------------------------------------ E. one step annotated twice
 
 def test_a_step_annotated_twice_is_one_step(pair):
