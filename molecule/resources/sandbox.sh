@@ -117,6 +117,7 @@ fleet() {
             echo "      ansible_user: ops"
             echo "      ansible_ssh_private_key_file: \"{{ inventory_dir }}/../../.sandbox/id_ed25519\""
             echo "      ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+            echo "      ansible_host_key_checking: false"
         done
     } >"$file.tmp"
     mv "$file.tmp" "$file"

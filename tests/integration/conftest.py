@@ -87,6 +87,7 @@ def sandbox(tmp_path_factory):
                             "ansible_user": "ops",
                             "ansible_ssh_private_key_file": str(ROOT / ".sandbox/id_ed25519"),
                             "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+                            "ansible_host_key_checking": False,
                         }
                     }
                 }
