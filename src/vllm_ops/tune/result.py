@@ -19,10 +19,13 @@ Definitions (:func:`analyze`):
   -2.7 ms`` (SETTINGS: what the winner changes from the unit's settings), or ``no tested change
   helps`` with why, and, where the summary has a decode ledger, ``the step is within N% of its
   floor`` (N = headroom / floor, the ledger's figures).
-- **model_loads**: the loads the tune timed (the profiling variant's, each variant's, the winner's
-  deployment) plus the normal service's load at the end where the tune stopped the service and
-  applied no winner. **downtime**: the health poller's record. **wall**: from the job's start to
-  the report. **prescreened**: candidates run on the floor, and how many it kept.
+- **model_loads**: the loads the job recorded (the skeleton's ``job.json``, written before the
+  report, the restore's load included: every load the vllm role made, a failed winner's deployment
+  and its rollback too); without a ``job.json``, the loads the tune timed (the profiling variant's,
+  each variant's, the winner's deployment) plus the normal service's load at the end where the
+  tune stopped the service and applied no winner. **downtime**: the health poller's record.
+  **wall**: from the job's start to the report. **prescreened**: candidates run on the floor, and
+  how many it kept.
 - **the report's model_loads** (beside ``costs``' count): each load phase by phase and against the
   disk's floor, from the skeleton's ``job.json`` (:func:`vllm_ops.loadcost.read_job`), as every job's
   report shows them; None without a ``job.json``.
@@ -205,21 +208,18 @@ def analyze(directory: str | Path) -> dict:
     for n in (screened or {}).get("not_loaded") or []:
         warnings.append(f"{n['name']} not loaded: {n['why']}")
     loads = record.get("loads") or []
-    model_loads = len(loads) + (1 if record.get("stopped") and not record.get("applied") else 0)
+    job_loads = loadcost.read_job(d)
     try:
         downtime = downtime_text(record.get("downtime"))
         wall = duration(record["started_at"], record["finished_at"]) if record.get("finished_at") else None
     except (JobInputError, KeyError) as exc:
         raise TuneInputError(f"{d / 'tune.json'}: {exc}") from None
     screen = screened or {"screened": [], "counts": {}, "load": [], "not_loaded": []}
+    model_loads, timed = _counted_loads(record, job_loads)
     costs = {"model_loads": model_loads, "loads": loads, "downtime": downtime,
              "downtime_s": (record.get("downtime") or {}).get("seconds_not_ready"), "wall": wall,
              "prescreened": len(screen["screened"]), "kept": screen["counts"].get("kept", 0),
              "loaded": sum(1 for x in loads if x.get("what") == "variant")}
-    timed = [f"{x.get('what')} {x.get('name')} {x['seconds']:.1f} s" for x in loads
-             if isinstance(x.get("seconds"), (int, float))]
-    if record.get("stopped") and not record.get("applied"):
-        timed.append("the normal service back")
     costs["loads_words"] = f"{model_loads}" + (f" ({', '.join(timed)})" if timed else "")
     cost_words = (f"cost {model_loads} model load(s)" + (f", {downtime}" if downtime else "")
                   + (f", {wall} in all" if wall else ""))
@@ -229,7 +229,7 @@ def analyze(directory: str | Path) -> dict:
         "verdict": summary.get("verdict"), "plan": plan, "prescreen": screened, "experiment": exp_report,
         "winner": out_winner, "result": result, "applied": record.get("applied"), "load": load,
         "load_words": load_words(load) if load else None, "warnings": warnings, "costs": costs,
-        "cost_words": cost_words, "error": record.get("error"), "model_loads": loadcost.read_job(d),
+        "cost_words": cost_words, "error": record.get("error"), "model_loads": job_loads,
         "host_vars": "host_vars.yml" if out_winner else None,
         "rollout_change": "rollout_change.yml" if out_winner else None,
     }
@@ -259,3 +259,18 @@ def write_outputs(report: Mapping, directory: str | Path) -> list[str]:
         paths.append(str(write_text(d / "rollout_change.yml", rollout_change_text(
             report["id"], report["host"], report["winner"]["rollout_change"]))))
     return paths
+
+
+def _counted_loads(record: Mapping, job_loads: Mapping | None) -> tuple[int, list[str]]:
+    """The tune's model loads and each in words (the module docstring's **model_loads**): the job's
+    record where it has one, else what ``tune.json`` timed."""
+    if job_loads is not None:
+        return job_loads["count"], [
+            (x.get("what") or (f"variant {x['variant']}" if x.get("variant") else "the normal service"))
+            + (f" {x['total_s']:.1f} s" if isinstance(x.get("total_s"), (int, float)) else "")
+            + ("" if x.get("ready") else " (did not get ready)") for x in job_loads["loads"]]
+    loads = record.get("loads") or []
+    timed = [f"{x.get('what')} {x.get('name')} {x['seconds']:.1f} s" for x in loads
+             if isinstance(x.get("seconds"), (int, float))]
+    back = bool(record.get("stopped") and not record.get("applied"))
+    return len(loads) + back, timed + (["the normal service back"] if back else [])

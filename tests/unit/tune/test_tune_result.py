@@ -33,6 +33,15 @@ def _tune_json(d, **kw):
     (d / "tune.json").write_text(json.dumps(record))
 
 
+def _load(total_s, ready=True, **who):
+    """A load record as the vllm role's health wait keeps it, ``total_s`` from its start to the API's
+    start-up (``ready``), or stopped before it (not ready: no total), with ``variant`` or ``what``."""
+    lines = [(100.0, "INFO [gpu_model_runner.py:5040] Starting to load model /m...")]
+    if ready:
+        lines.append((100.0 + total_s, "INFO:     Application startup complete."))
+    return dict(loads.parse_load(lines, t0=100.0), **who)
+
+
 def _plan(d, next_tests=COMM_NEXT, ledger=None, capsys=None):
     (d / "profile" / "summary.json").write_text(json.dumps(summary(next_tests, ledger=ledger)))
     assert main(["plan", "--summary", str(d / "profile" / "summary.json"), "--unit", json.dumps(UNIT),
@@ -115,12 +124,14 @@ def test_when_nothing_helps_the_result_says_how_far_the_step_is_from_its_floor(t
              (104.0, "INFO [default_loader.py:501] Loading weights took 4.00 seconds"),
              (110.0, "INFO:     Application startup complete.")]
     load = dict(loads.parse_load(lines, t0=100.0, checkpoint_bytes=10_000_000_000), variant="cuda-graphs")
-    (d / "job.json").write_text(json.dumps({"loads": [load], "disk": None}))
+    # around it, the profiling variant's and the normal service's back
+    profiling, back = _load(9.0, variant="profiling"), _load(8.0)
+    (d / "job.json").write_text(json.dumps({"loads": [profiling, load, back], "disk": None}))
     assert main(["winner", str(d)]) == 0 and capsys.readouterr().out.strip() == "null"
     assert main(["analyze", str(d)]) == 0
     report = json.loads((d / "report.json").read_text())
     # 10 GB in the 4 s stated: 2.50 GB/s; ready 10 s after the start
-    clause = "1 load, ready in 10.0 s, weights 4.0 s at 2.50 GB/s; disk floor not measured"
+    clause = "3 loads, ready in 9.0 s (median), weights 4.0 s at 2.50 GB/s; disk floor not measured"
     assert report["model_loads"]["clause"] == clause
     assert f"**{clause}.**" in (d / "report.md").read_text()
     # the larger headroom of the two ranks, over the floor: 3.0 / 6.0
@@ -129,6 +140,30 @@ def test_when_nothing_helps_the_result_says_how_far_the_step_is_from_its_floor(t
     assert report["winner"] is None and not (d / "host_vars.yml").exists()
     assert not (d / "rollout_change.yml").exists()
     assert report["costs"]["model_loads"] == 3  # the profile, the variant, the normal service back
+    assert report["costs"]["loads_words"] == ("3 (variant profiling 9.0 s, variant cuda-graphs 10.0 s, "
+                                              "the normal service 8.0 s)")
+
+
+def test_a_winner_that_did_not_load_counts_its_load_and_its_rollback(tune_dir, capsys):
+    # tune.json times the loads it made itself; the failed deployment of the winner and the vllm role's
+    # rollback to the last-known-good are in the skeleton's job.json only: the count is job.json's
+    d = tune_dir
+    _plan(d, HOST_NEXT, capsys=capsys)
+    write_experiment(d, {"baseline": (UNIT["environment"], UNIT["extra_args"], BASE, [100.0, 101.0, 99.0]),
+                         "cuda-graphs": ({}, ["--no-enforce-eager"], WIN, [100.5, 101.0, 99.5])})
+    _tune_json(d, loads=[{"what": "profile", "name": "profiling", "seconds": 9.0},
+                         {"what": "variant", "name": "cuda-graphs", "seconds": 10.0}],
+               error="Deploy as the normal service the winner, cuda-graphs: The change did not load on h1")
+    job = [_load(9.0, variant="profiling"), _load(10.0, variant="cuda-graphs"), _load(3.0, ready=False),
+           _load(8.0, what="the rollback to the last-known-good")]
+    (d / "job.json").write_text(json.dumps({"loads": job, "disk": None}))
+    assert main(["analyze", str(d)]) == 0
+    report = json.loads((d / "report.json").read_text())
+    assert report["costs"]["model_loads"] == len(job) == report["model_loads"]["count"]
+    assert report["costs"]["loads_words"] == (
+        "4 (variant profiling 9.0 s, variant cuda-graphs 10.0 s, the normal service (did not get ready), "
+        "the rollback to the last-known-good 8.0 s)")
+    assert "cost 4 model load(s)" in report["headline"]
 
 
 def test_speculative_decoding_on_random_tokens_is_warned_about(tune_dir, capsys):
