@@ -36,4 +36,5 @@ class FilterModule:
             "vllm_variant_errors": _wrap("vllm_variant_errors", _variant_errors),
             "vllm_service_environment": _wrap("vllm_service_environment", systemd.service_environment),
             "vllm_unset_names": _wrap("vllm_unset_names", systemd.unset_names),
+            "vllm_drift_words": _wrap("vllm_drift_words", systemd.drift_words),
         }

@@ -91,6 +91,15 @@ def test_a_variant_that_fails_to_load_is_recorded_the_next_one_tried_and_the_win
     assert kept.rc == 0 and kept.changed == 0, kept.changed_tasks
     kept = run_playbook("playbooks/deploy.yml", "-e", f"@{d / 'host_vars.yml'}")
     assert kept.rc == 0 and kept.changed == 0, kept.changed_tasks
+    # Until the winner is in the inventory, a job that ends on the inventory's service is refused before
+    # anything stops, naming the winner's arguments and the two ways out; with it, nothing differs.
+    refused = run_playbook("profile.yml")
+    assert refused.rc != 0
+    assert "only the host's passes --speculative-config" in refused.output, refused.output[-3000:]
+    assert "playbooks/restore.yml, then playbooks/deploy.yml" in refused.output
+    assert host.check_output(f"systemctl show {UNIT} -p MainPID --value") == pid
+    planned = run_playbook("profile.yml", "--check", "-e", f"@{d / 'host_vars.yml'}")
+    assert planned.rc == 0, planned.output[-3000:]
     # For the fleet, the winner as rollout.yml's change: ngram's own arguments, laid over each host's.
     change = yaml.safe_load((d / "rollout_change.yml").read_text())["vllm_rollout_change"]
     assert change == {"name": "ngram", "environment": {}, "extra_args": plan_variants["ngram"]}

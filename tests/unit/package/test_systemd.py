@@ -78,3 +78,62 @@ def test_cli_options_reject_names_that_are_not_long_options():
 def test_env_values_are_double_quoted_with_escapes():
     assert systemd.quote_env_value('a "b" \\c') == '"a \\"b\\" \\\\c"'
     assert systemd.quote_env_value(16) == '"16"'
+
+
+# ------------------------------------------------------------------ drift: the host's files against the inventory's
+
+HOST_ENV = '''# Ansible managed
+# Environment of vllm-kimi (systemd EnvironmentFile syntax).
+NCCL_ALGO="Ring"
+NCCL_PROTO="LL128"
+VLLM_ALLREDUCE_USE_FLASHINFER="0"
+'''
+INVENTORY_ENV = '''# Ansible managed
+# Environment of vllm-kimi (systemd EnvironmentFile syntax).
+NCCL_ALGO="Ring"
+NCCL_PROTO="LL"
+NCCL_MAX_NCHANNELS="16"
+'''
+HOST_UNIT = '''[Service]
+Type=exec
+ExecStart=/opt/vllm/0.33.0/bin/vllm serve /srv/models/kimi \\
+    --tensor-parallel-size 8 \\
+    --enforce-eager \\
+    --speculative-config '{"method": "ngram"}'
+Restart=always
+'''
+INVENTORY_UNIT = '''[Service]
+Type=exec
+ExecStart=/opt/vllm/0.32.0/bin/vllm serve /srv/models/kimi \\
+    --tensor-parallel-size 8
+Restart=always
+TimeoutStopSec=120
+'''
+
+
+def test_drift_names_each_setting_the_host_runs_that_the_inventory_does_not_say():
+    words = systemd.drift_words([
+        {"kind": "environment", "path": "/etc/vllm/kimi.env", "changed": True, "before": HOST_ENV,
+         "after": INVENTORY_ENV},
+        {"kind": "unit", "path": "/etc/systemd/system/kimi.service", "changed": True, "before": HOST_UNIT,
+         "after": INVENTORY_UNIT},
+        {"kind": "secret", "path": "/etc/vllm/kimi.secrets.env", "changed": True, "before": None, "after": None},
+    ])
+    assert words == [
+        "NCCL_MAX_NCHANNELS: the host has it unset, the inventory '16'",
+        "NCCL_PROTO: the host has 'LL128', the inventory 'LL'",
+        "VLLM_ALLREDUCE_USE_FLASHINFER: the host has '0', the inventory it unset",
+        "the server's command: the host runs /opt/vllm/0.33.0/bin/vllm, the inventory /opt/vllm/0.32.0/bin/vllm; "
+        "only the host's passes --enforce-eager --speculative-config '{\"method\": \"ngram\"}'",
+        "/etc/systemd/system/kimi.service: TimeoutStopSec=120 in the inventory only",
+        "/etc/vllm/kimi.secrets.env differs (not shown: it holds secrets)",
+    ]
+
+
+def test_no_drift_where_nothing_changed_and_a_file_changed_in_its_mode_only_is_named():
+    same = {"kind": "environment", "path": "/etc/vllm/kimi.env", "changed": False, "before": HOST_ENV,
+            "after": INVENTORY_ENV}
+    assert systemd.drift_words([same]) == []
+    mode = {"kind": "unit", "path": "/etc/systemd/system/kimi.service", "changed": True, "before": HOST_UNIT,
+            "after": HOST_UNIT}
+    assert systemd.drift_words([mode]) == ["/etc/systemd/system/kimi.service differs (its owner, mode or whitespace)"]
