@@ -154,6 +154,26 @@ def test_restore_brings_back_a_server_whose_engine_died(sandbox):
     assert again.rc == 0 and again.recap()[box.name]["changed"] == 0
 
 
+def test_restore_whose_last_known_good_executable_is_gone_changes_nothing_and_says_how_back(sandbox):
+    box = sandbox
+    exe, pid = "/opt/vllm-standin/bin/vllm", box.prop("MainPID")  # the sandbox's vllm_executable
+    box.sh(f"mv {exe} {exe}.away")
+    try:
+        run = box.playbook("playbooks/restore.yml")
+    finally:
+        box.sh(f"mv {exe}.away {exe}")
+    assert run.rc != 0
+    output = " ".join(run.output.split())
+    assert f"runs {exe}, which is no longer an executable file there, so it cannot be brought back" in output
+    # what the host runs now (the server, started before, runs on), and the one way back for a fixed executable
+    assert f"Nothing was changed: {UNIT}.service is active and its /health answers 200" in output
+    assert f"put {exe} back (vllm_executable names it; this role does not install it), then run " \
+           "ansible-playbook playbooks/restore.yml again" in output
+    assert box.prop("MainPID") == pid
+    again = box.playbook("playbooks/restore.yml")
+    assert again.rc == 0 and again.recap()[box.name]["changed"] == 0
+
+
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
