@@ -174,6 +174,29 @@ def test_restore_whose_last_known_good_executable_is_gone_changes_nothing_and_sa
     assert again.rc == 0 and again.recap()[box.name]["changed"] == 0
 
 
+def test_a_change_whose_last_known_good_does_not_load_either_says_the_host_is_down_and_how_back(sandbox):
+    box = sandbox
+    lkg_env = box.sh(f"cat {ENV_FILE}")
+    change = {"vllm_environment": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": 16,
+                                   "VLLM_STANDIN_LOAD_S": 8}}
+    box.sh(f"touch {FAULT_DIR}/engine-dies-during-load")  # every load dies now, the last-known-good's too
+    try:
+        run = box.playbook("playbooks/deploy.yml", extra=change)
+    finally:
+        box.sh(f"rm -f {FAULT_DIR}/engine-dies-during-load")
+    assert run.rc != 0
+    output = " ".join(run.output.split())
+    assert f"The change did not load on {box.name}, and neither did its last-known-good (" in output
+    assert "the service is down, on the last-known-good's files" in output
+    assert "Once that is fixed, ansible-playbook playbooks/restore.yml brings the last-known-good back" in output
+    assert "Engine core initialization failed" in output  # why, from the journal
+    assert box.http("/health") != 200 and box.sh(f"cat {ENV_FILE}") == lkg_env
+    # the one command, once the host is fixed (here: the fault gone)
+    back = box.playbook("playbooks/restore.yml")
+    assert back.rc == 0 and box.http("/health") == 200
+    assert 'NCCL_PROTO="LL"' in box.sh(f"cat {ENV_FILE}")
+
+
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
