@@ -176,3 +176,26 @@ def test_speculative_decoding_on_random_tokens_is_warned_about(tune_dir, capsys)
     (warning,) = json.loads((d / "report.json").read_text())["warnings"]
     assert warning.startswith("ngram: speculative decoding was measured on random tokens")
     assert "vllm_tune_prompts_file" in warning
+
+
+def test_a_pre_screen_that_keeps_no_candidate_loads_nothing_and_says_so(tune_dir, capsys):
+    # Only the NCCL sweep, every candidate's floor at or above the unit's: none is kept, none loaded
+    d = tune_dir
+    _plan(d, [COMM_NEXT[0]], capsys=capsys)
+    (d / "allreduce").mkdir()
+    slower = {name: max(median, FLOORS["unit"] * 1.2) for name, median in FLOORS.items() if name != "unit"}
+    for name, median in {"unit": FLOORS["unit"], **slower}.items():
+        (d / "allreduce" / f"allreduce-{name}.json").write_text(json.dumps(floor(name, median)))
+    assert main(["prescreen", str(d)]) == 0
+    screened = json.loads(capsys.readouterr().out)
+    assert screened["load"] == [] and screened["counts"]["kept"] == 0
+    write_experiment(d, {"baseline": (UNIT["environment"], UNIT["extra_args"], BASE, [100.0, 101.0, 99.0])})
+    _tune_json(d, loads=[], stopped=False, profile_path="live")
+    (d / "job.json").write_text(json.dumps({"loads": [], "disk": None}))
+    assert main(["winner", str(d)]) == 0 and capsys.readouterr().out.strip() == "null"
+    assert main(["analyze", str(d)]) == 0
+    report = json.loads((d / "report.json").read_text())
+    assert report["result"].startswith("no tested change helps (the pre-screen kept none of the candidates)")
+    assert report["winner"] is None and not (d / "host_vars.yml").exists()
+    assert report["costs"]["model_loads"] == 0 and report["costs"]["loaded"] == 0
+    assert "6 pre-screened, 0 kept" in report["headline"] and "cost 0 model load(s)" in report["headline"]
