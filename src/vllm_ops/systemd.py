@@ -144,7 +144,9 @@ def drift_words(files: Sequence[Mapping]) -> list[str]:
             continue
         kind, before, after = f.get("kind"), f.get("before"), f.get("after")
         shown = len(out)
-        if kind == "environment" and before is not None and after is not None:
+        if before == "" and after:
+            out.append(f"{f.get('path')} is missing on the host (never deployed: run deploy.yml)")
+        elif kind == "environment" and before is not None and after is not None:
             host, inv = _env_values(before), _env_values(after)
             for name in sorted(set(host) | set(inv)):
                 if host.get(name) == inv.get(name):

@@ -137,3 +137,10 @@ def test_no_drift_where_nothing_changed_and_a_file_changed_in_its_mode_only_is_n
     mode = {"kind": "unit", "path": "/etc/systemd/system/kimi.service", "changed": True, "before": HOST_UNIT,
             "after": HOST_UNIT}
     assert systemd.drift_words([mode]) == ["/etc/systemd/system/kimi.service differs (its owner, mode or whitespace)"]
+
+
+def test_drift_on_a_host_never_deployed_names_the_missing_file():
+    missing = {"kind": "unit", "path": "/etc/systemd/system/kimi.service", "changed": True, "before": "",
+               "after": INVENTORY_UNIT}
+    assert systemd.drift_words([missing]) == [
+        "/etc/systemd/system/kimi.service is missing on the host (never deployed: run deploy.yml)"]
