@@ -139,11 +139,13 @@ def run_playbook(ansible, extra_vars, log_path=None):
     prefix, extra_env = ansible
     cmd = [*prefix, PLAYBOOK, "-i", "localhost,", "-c", "local",
            "-e", "ansible_python_interpreter=%s" % sys.executable,
-           "-e", json.dumps(extra_vars)]
-    if os.geteuid() != 0:
-        cmd += ["-e", "ansible_become=false"]
+           "-e", json.dumps(extra_vars),
+           # Root signals any holder and a user its own, with no become; under Mitogen a local
+           # become runs sudo even as root, and the device may have none.
+           "-e", "ansible_become=false"]
+    # The wheels carried to the device are ansible-core's alone: run without Mitogen.
     env = dict(os.environ, ANSIBLE_ROLES_PATH=os.path.join(REPO, "roles"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_FORCE_COLOR="0", **extra_env)
+               ANSIBLE_FORCE_COLOR="0", ANSIBLE_STRATEGY="linear", **extra_env)
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, check=False)

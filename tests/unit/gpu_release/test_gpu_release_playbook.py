@@ -31,9 +31,10 @@ def play(devices, *args, **extra_vars):
     }
     evars.update(extra_vars)
     cmd = [str(ANSIBLE_PLAYBOOK), "playbooks/release_gpus.yml", "-i", "localhost,", "-c", "local",
-           "-e", "ansible_python_interpreter=%s" % sys.executable, "-e", json.dumps(evars)]
-    if os.geteuid() != 0:
-        cmd += ["-e", "ansible_become=false"]  # no sudo needed to signal our own children
+           "-e", "ansible_python_interpreter=%s" % sys.executable, "-e", json.dumps(evars),
+           # No sudo needed to signal our own children; and under Mitogen a local become runs
+           # sudo even to become root as root, which a machine may not have.
+           "-e", "ansible_become=false"]
     env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0")
     proc = subprocess.run(cmd + list(args), cwd=str(REPO), env=env, stdout=subprocess.PIPE,
