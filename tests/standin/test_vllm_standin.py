@@ -297,6 +297,16 @@ def test_cli_without_serve_is_a_usage_error():
     assert result.returncode == 2 and "usage" in result.stderr
 
 
+def test_bench_fails_while_its_fault_switch_is_on(tmp_path):
+    env = dict(os.environ, VLLM_STANDIN_FAULT_DIR=str(tmp_path))
+    argv = [sys.executable, str(VLLM), "bench", "serve", "--help"]
+    (tmp_path / "bench-fails").touch()
+    failed = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S, env=env)
+    assert failed.returncode == 1 and "bench-fails" in failed.stderr
+    (tmp_path / "bench-fails").unlink()
+    assert subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S, env=env).returncode == 0
+
+
 # ---------------------------------------------------------------- HTTP API
 
 def test_version_models_404_and_405(server):

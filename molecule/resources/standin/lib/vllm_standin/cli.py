@@ -9,7 +9,7 @@ from vllm_standin.api_server import api_main
 from vllm_standin.bench import bench_main
 from vllm_standin.config import serve_help
 from vllm_standin.engine import engine_main
-from vllm_standin.knobs import load_knob_file
+from vllm_standin.knobs import fault, load_knob_file
 from vllm_standin.processes import Channel
 from vllm_standin.worker import worker_main
 
@@ -24,6 +24,9 @@ def main(argv):
         print(VERSION)
         return 0
     if argv[:1] == ["bench"]:
+        if fault("bench-fails") is not None:
+            print("vllm bench: not available (the vLLM stand-in's fault switch bench-fails)", file=sys.stderr)
+            return 1
         return bench_main(argv[1:])
     if argv[:1] == ["serve"]:
         topics = [a.partition("=")[2] if "=" in a else "" for a in argv[1:] if a.split("=", 1)[0] in ("-h", "--help")]
