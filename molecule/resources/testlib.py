@@ -16,6 +16,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = "vllm-kimi-k25-int4"
+FAULT_DIR = "/run/vllm-standin"  # the stand-in's fault files (molecule/resources/standin/README.md)
+LOCK = "/run/vllm-ops/job.lock"
+# The lock of releases before the job lock, honoured until stale.
+OLD_LOCK = "/run/vllm-ops/campaign.lock"
 
 
 class Play:
@@ -105,6 +109,13 @@ def assert_normal_service(host) -> None:
     assert host.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
     assert host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0
     assert not host.file(f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf").exists
+
+
+def leave_normal(host) -> None:
+    """After a test: clear the faults and locks it planted, then the normal service must be active and
+    healthy (each job suite's autouse fixture)."""
+    host.run(f"rm -f {FAULT_DIR}/* {LOCK} {OLD_LOCK}")
+    assert_normal_service(host)
 
 
 def holders(host, device: str) -> list[int]:

@@ -11,12 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import assert_normal_service, run_playbook
-
-FAULT_DIR = "/run/vllm-standin"
-LOCK = "/run/vllm-ops/job.lock"
-# The lock of releases before the job lock, honoured until stale.
-OLD_LOCK = "/run/vllm-ops/campaign.lock"
+from testlib import leave_normal, run_playbook
 
 
 @pytest.fixture
@@ -35,8 +30,7 @@ def campaign(tmp_path):
 def healthy_after(host):
     """Every test must leave the normal service active and healthy, with no fault left."""
     yield
-    host.run(f"rm -f {FAULT_DIR}/* {LOCK} {OLD_LOCK}")
-    assert_normal_service(host)
+    leave_normal(host)
 
 
 # ------------------------------------------------------------------ the loads of a campaign (issue 24)

@@ -7,8 +7,7 @@ import json
 import re
 import shlex
 
-from conftest import LOCK
-from testlib import ROOT, UNIT, run_playbook
+from testlib import LOCK, ROOT, UNIT, run_playbook
 
 PLAYBOOK = "playbooks/allreduce_bench.yml"
 

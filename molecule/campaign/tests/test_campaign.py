@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from conftest import FAULT_DIR, LOCK, OLD_LOCK, assert_campaign_loads
-from testlib import UNIT, holders, run_playbook, start_playbook, wait_for
+from conftest import assert_campaign_loads
+from testlib import FAULT_DIR, LOCK, OLD_LOCK, UNIT, holders, run_playbook, start_playbook, wait_for
 
 TRACE_DIR = "/var/lib/vllm/traces"
 DECODE = re.compile(r"^execute_context_0\(0\)_generation_\d+\(\d+\)$")

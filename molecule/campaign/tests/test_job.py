@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from conftest import LOCK
-from testlib import UNIT, run_playbook
+from testlib import LOCK, UNIT, run_playbook
 
 
 @pytest.mark.parametrize(("playbook", "old", "new"), [

@@ -16,9 +16,8 @@ import statistics
 
 import pytest
 
-from testlib import ROOT, UNIT, assert_normal_service, run_playbook, start_playbook, wait_for
+from testlib import FAULT_DIR, LOCK, ROOT, UNIT, assert_normal_service, run_playbook, start_playbook, wait_for
 
-LOCK = "/run/vllm-ops/job.lock"
 DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
 VARIANT_ENV = f"/etc/vllm/{UNIT}.variant.env"
 SANDBOX_EXAMPLE = "@" + str(ROOT / "examples/experiments/sandbox.yml")
@@ -46,7 +45,7 @@ def center(directory, runs, variant, concurrency, key):
 def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host, tmp_path):
     play, artifacts = experiment(tmp_path)
     assert play.rc == 0, play.output[-5000:]
-    (directory,) = [p for p in (artifacts / "vllm-mol-campaign").iterdir() if p.is_dir()]
+    (directory,) = [p for p in (artifacts / "vllm-mol-tune").iterdir() if p.is_dir()]
     record = json.loads((directory / "experiment.json").read_text())
     report = json.loads((directory / "report.json").read_text())
     runs = record["runs"]
@@ -65,7 +64,7 @@ def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host,
     band = max((max(abs(v - base) for v in base_runs) + max(abs(v - ngram) for v in ngram_runs)) / base, 0.05)
     assert change < -band, "the stand-in's ngram speculation must be a clear win"
     headline = play.result("Print the headline")["msg"]
-    said = re.match(r"vllm-mol-campaign: best: ngram: TPOT ([-+]\d+\.\d)% \(\+/-(\d+\.\d)%\) at concurrency 1; ",
+    said = re.match(r"vllm-mol-tune: best: ngram: TPOT ([-+]\d+\.\d)% \(\+/-(\d+\.\d)%\) at concurrency 1; ",
                     headline)
     # One decimal in the headline (report.json rounds to four first).
     assert said, headline
@@ -88,7 +87,7 @@ def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host,
     assert profiled["variant"] == "NCCL_PROTO=LL128" and profiled["environment"]["NCCL_PROTO"] == "LL128"
     assert len(list((directory / "profile/02").glob("*.pt.trace.json.gz"))) == 2
     assert by_name["NCCL_PROTO=LL128"]["profile_headline"].startswith(
-        "vllm-mol-campaign: host-bound on rank 1, not steady")
+        "vllm-mol-tune: host-bound on rank 1, not steady")
 
     # Acceptance from the /metrics counters the module read around each run: the stand-in accepts
     # round(3 x 0.6) = 2 of 3 draft tokens.
@@ -107,7 +106,7 @@ def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host,
     assert gaps >= 2 and f" in {gaps} gaps (longest " in text
     for png in ("throughput.png", "tpot.png"):
         assert (directory / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rows = list(csv.DictReader((artifacts / "vllm-mol-campaign" / "experiments.csv").open()))
+    rows = list(csv.DictReader((artifacts / "vllm-mol-tune" / "experiments.csv").open()))
     assert sorted((r["variant"], r["concurrency"]) for r in rows) == sorted(
         (v, c) for v in ("baseline", "ngram", "NCCL_PROTO=LL128", "draft-missing") for c in ("1", "4"))
 
@@ -125,7 +124,7 @@ def test_check_mode_changes_nothing_and_says_what_would_run(host, tmp_path):
     assert play.rc == 0, play.output[-4000:]
     said = play.result("Say what a real run would do")["msg"]
     assert "then 3 variant(s) (ngram, NCCL_PROTO=LL128, draft-missing), each a restart" in said
-    assert invocation(host) == before and not (artifacts / "vllm-mol-campaign").exists()
+    assert invocation(host) == before and not (artifacts / "vllm-mol-tune").exists()
 
 
 def test_a_variant_that_sets_what_the_role_owns_is_refused_before_anything_changes(host, tmp_path):
@@ -140,10 +139,19 @@ def test_a_variant_that_sets_what_the_role_owns_is_refused_before_anything_chang
 
 def test_a_vllm_without_its_benchmark_is_refused_in_the_preflight(host, tmp_path):
     before = invocation(host)
+    # Another executable given with -e is not what the host runs: the experiment would end by loading
+    # it, so the skeleton refuses first, naming both executables.
     play, _ = experiment(tmp_path, "-e", "vllm_executable=/bin/false")
     assert play.rc != 0
+    message = play.result("Refuse a host that runs settings the inventory does not say")["msg"]
+    assert "the server's command: the host runs /opt/vllm-standin/bin/vllm, the inventory /bin/false" in message
+    assert "Nothing was stopped." in message
+    # The host's own vLLM without a working `vllm bench serve` (the stand-in's fault switch).
+    host.check_output(f"touch {FAULT_DIR}/bench-fails")
+    play, _ = experiment(tmp_path)
+    assert play.rc != 0
     message = play.result("Check that vLLM's benchmark is there")["msg"]
-    assert message.startswith("/bin/false on vllm-mol-campaign has no working `vllm bench serve` (exit 1")
+    assert message.startswith("/opt/vllm-standin/bin/vllm on vllm-mol-tune has no working `vllm bench serve` (exit 1")
     assert invocation(host) == before and not host.file(LOCK).exists
 
 

@@ -19,8 +19,7 @@ import statistics
 import pytest
 import yaml
 
-from conftest import LOCK
-from testlib import ROOT, UNIT, assert_normal_service, run_playbook, start_playbook, wait_for
+from testlib import LOCK, ROOT, UNIT, assert_normal_service, run_playbook, start_playbook, wait_for
 
 KNOBS = "/etc/vllm-standin.env"
 DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"

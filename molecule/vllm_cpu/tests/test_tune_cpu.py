@@ -1,5 +1,5 @@
 """tune.yml against vLLM's real CPU build: a plan of one argument variant, end to end, measured with
-the real `vllm bench serve` at temperature 0 (the tune's sandbox suite is molecule/campaign/tests/test_tune.py)."""
+the real `vllm bench serve` at temperature 0 (the tune's sandbox suite is molecule/tune/tests/test_tune.py)."""
 
 from __future__ import annotations
 
