@@ -35,8 +35,8 @@ VLLM_CPU_MAKE := molecule/vllm_cpu/files/make_venv.sh
 
 # Suites at once (tests/lanes.py; 1: one after another). On this kind of machine (2 CPUs) a Molecule
 # scenario alone leaves the CPUs idle while it waits on loads and stops: two lanes fill them. Three
-# were measured (2026-12-04, docs/testing.md): every suite took about 1.45x as long and the whole no
-# less, so two.
+# were measured (2026-12-04, docs/testing.md): every suite took about 1.45x as long and the whole came
+# out within the spread of two runs of two lanes, so two.
 LANES ?= 2
 LANE_LOGS := .lane-logs
 # What each suite costs on this kind of machine, in seconds, measured in two lanes (CI's run of 2026-12-03,
