@@ -32,7 +32,13 @@ below):
   shrank (negative) through the capture (in a trace concatenated from several captures, the
   slopes are taken within each capture, and the range is the longest capture's). At least
   :data:`MIN_TREND_STEPS` steps with a lead, else null; over :data:`TREND_MAX_POINTS` evenly
-  spaced steps when there are more.
+  spaced steps when there are more. ``lead_first_ms`` and ``lead_last_ms``: the lead at the first
+  and the last of the steps; ``lead_waited_ms``: the host's waits for its GPU inside the steps
+  from the first to the one before the last (the sum of their ``host_blocked_ms``; null where
+  none is known). A wait lets the GPU catch up at once, so the lead falls by it in one step while
+  the trend, robust to such one-off steps, does not move: the first and last leads can differ by
+  far more than ``lead_change_ms`` (issue 30: rank 1 of the H200 pair fell 265.6 ms, 225 of
+  them in one launch call that waited, on a trend of 48.2).
 * ``steady``: false when ``|lead_change_ms|`` is at least :data:`DRIFT_MIN` periods: host and
   GPU then do not run at one pace, and the periods measured will not last (a shrinking lead
   runs out and the GPU starts waiting for its host; a growing one fills the launch queue).
@@ -126,6 +132,7 @@ def rank_pace(steps: Sequence[Mapping], exposed_wait: Iterable[float | None], pa
         spans[c] = (min(lo, idx), max(hi, idx))
     change = slope * max(hi - lo for lo, hi in spans.values()) if slope is not None else None
     lead = median(v for _, v in leads) if leads else None
+    blocked = [s["host_blocked_ms"] for s in with_lead[:-1] if s.get("host_blocked_ms") is not None]
     steady = not (change is not None and period and abs(change) >= DRIFT_MIN * period)
     need = max(v for v in (host, need_gpu) if v is not None) if host is not None or need_gpu is not None else None
     bound = None
@@ -137,7 +144,8 @@ def rank_pace(steps: Sequence[Mapping], exposed_wait: Iterable[float | None], pa
         "steps": len(steps), "host_ms_per_step": host, "gpu_ms_per_step": gpu, "gpu_need_ms_per_step": need_gpu,
         "gpu_upper_bound": partial, "gpu_waits": gpu_waits(decomposition),
         "period_ms": period, "lead_ms": _r(lead), "lead_first_ms": _r(leads[0][1]) if leads else None,
-        "lead_last_ms": _r(leads[-1][1]) if leads else None, "lead_slope_ms_per_step": _r(slope),
+        "lead_last_ms": _r(leads[-1][1]) if leads else None, "lead_waited_ms": _r(sum(blocked)) if blocked else None,
+        "lead_slope_ms_per_step": _r(slope),
         "lead_change_ms": _r(change), "steady": steady, "need_ms_per_step": need, "bound": bound,
     }
 

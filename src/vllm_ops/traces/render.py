@@ -300,9 +300,11 @@ def _pace(summary: Mapping) -> list[str]:
            "annotation, else its launch span, less its waits for the GPU, plus the gap to the next step), the GPU's "
            "own work (busy time less waiting for other ranks), what the GPU needs (its window less the idle where "
            "the host had not launched the next kernel, less waiting for other ranks: no period can be shorter), the "
-           "period, and the lead of the host over its GPU (GPU step start less host step start) from the first step "
-           "to the last.", "",
-           "| rank | host per step | GPU work per step | GPU need per step | period | lead first, last | lead change "
+           "period, the lead of the host over its GPU (GPU step start less host step start) at the first step and "
+           "the last, and the lead's trend: its robust slope (Theil-Sen) over the steps times their range. A host "
+           "call that waits for its GPU lets the GPU catch up at once, so the lead falls by the wait in one step "
+           "while the trend does not move: first and last can differ by far more than the trend.", "",
+           "| rank | host per step | GPU work per step | GPU need per step | period | lead first, last | lead trend "
            "| steady | bound |",
            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for r, x in ranks.items():
@@ -331,9 +333,15 @@ def pace_sentence(p: Mapping) -> str:
     if p.get("steady") is False:
         d = ranks.get(str(p.get("drifting_rank"))) or {}
         moved = "shrank" if (d.get("lead_change_ms") or 0) < 0 else "grew"
+        ends = ""
+        if d.get("lead_first_ms") is not None and d.get("lead_last_ms") is not None:
+            waited = d.get("lead_waited_ms")
+            ends = (f" (from {_num(d['lead_first_ms'])} ms at the first step to {_num(d['lead_last_ms'])} ms at the "
+                    "last" + (f", {_num(waited)} ms of that in its host's waits for its GPU, which move the lead "
+                              "but not the trend" if waited else "") + ")")
         line += (f". The capture is not steady: rank {p['drifting_rank']}'s lead over its GPU {moved} by "
-                 f"{_num(abs(d.get('lead_change_ms') or 0))} ms, so the periods measured will not last; a longer "
-                 f"run drifts towards {_num(p.get('predicted_period_ms'))} ms a step.")
+                 f"{_num(abs(d.get('lead_change_ms') or 0))} ms on its trend{ends}, so the periods measured will not "
+                 f"last; a longer run drifts towards {_num(p.get('predicted_period_ms'))} ms a step.")
     elif p.get("predicted_period_ms") is not None and need is not None and p["predicted_period_ms"] > need:
         line += f"; the capture is steady at {_num(p['predicted_period_ms'])} ms a step, and keeps that period."
     else:

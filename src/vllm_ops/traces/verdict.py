@@ -156,6 +156,7 @@ def judge(decomposition: Mapping[str, Mapping], straggler: Mapping | None, conte
         "gpu_ms_per_step": own.get("gpu_ms_per_step"),
         "host_ms_per_step_by_rank": {r: p.get("host_ms_per_step") for r, p in paces.items()},
         "gpu_ms_per_step_by_rank": {r: p.get("gpu_ms_per_step") for r, p in paces.items()},
+        "gpu_need_ms_per_step_by_rank": {r: p.get("gpu_need_ms_per_step") for r, p in paces.items()},
         "steady": pace.get("steady"), "predicted_period_ms": pace.get("predicted_period_ms"),
         "drifting_rank": pace.get("drifting_rank"),
     }
@@ -361,17 +362,22 @@ ENGINE_OVERLAP = {"vllm": "vLLM's --async-scheduling",
 
 def _host_advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | None]]:
     """Host-bound: the slow rank's host first when it is slower than the others', then graphs
-    (when the steps launched none) or overlapping the host's work with the GPU's."""
+    (when the steps launched none) or overlapping the host's work with the GPU's. When every
+    rank's host is slower than its GPU needs, the slow rank's fix alone reaches the other hosts'
+    pace at best: then graphs (which bind every rank) come first, and the slow rank's advice says
+    how far it reaches."""
     rank = verdict.get("rank")
     ev = verdict.get("evidence") or {}
     hosts = {str(r): v for r, v in (ev.get("host_ms_per_step_by_rank") or {}).items() if v is not None}
+    needs = {str(r): v for r, v in (ev.get("gpu_need_ms_per_step_by_rank") or {}).items() if v is not None}
     mine, others = hosts.get(str(rank)), [v for r, v in hosts.items() if r != str(rank)]
     slower = mine is not None and others and mine > max(others) * (1 + pace_rules.TIE_REL)
+    every = bool(hosts) and all(r in needs and v > needs[r] * (1 + pace_rules.TIE_REL) for r, v in hosts.items())
     engine = context.get("engine") or "vllm"
     graphs_test, overlap_test = ("cuda-graphs", "async-scheduling") if engine == "vllm" else (None, None)
     graphs = f"{'HIP' if context.get('api') == 'HIP' else 'CUDA'} graphs"
-    graph_advice = (f"turn {graphs} on (the steps launched no graph: "
-                    f"{ENGINE_GRAPHS.get(engine, 'capture the step in a graph')})")
+    no_graph = f"the steps launched no graph: {ENGINE_GRAPHS.get(engine, 'capture the step in a graph')}"
+    graph_advice = f"turn {graphs} on ({no_graph})"
     overlap = ENGINE_OVERLAP.get(engine, "overlapping the host's work with the GPU's")
     contention = (f"find what slows rank {rank}'s host"
                   + (f" ({mine:.1f} ms a step; the other ranks' {max(others):.1f} ms at most)" if slower else "")
@@ -384,6 +390,15 @@ def _host_advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | No
         return [(f"these steps ran without {graphs} while the steady ones ran in graphs: make the capture sizes "
                  f"cover their batch size{'s' if len(sizes) > 1 else ''}{bs} ({how})", None),
                 (f"if the host is not contended: {overlap}, to overlap scheduling with the GPU", overlap_test)]
+    if slower and every:
+        every_host = ("every rank's host is slower than its GPU needs (ms a step: "
+                      + ", ".join(f"rank {r} {v:.1f} against {needs[r]:.1f}" for r, v in sorted(hosts.items())) + ")")
+        reach = f"; that alone brings the pace to the other ranks' hosts, {max(others):.1f} ms a step at best"
+        if context.get("cuda_graphs") is False:
+            return [(f"turn {graphs} on first, as {every_host} and graphs cut every rank's launches ({no_graph})",
+                     graphs_test),
+                    (f"then {contention}{reach}", None)]
+        return [(f"{contention}{reach}: {every_host}", None), (f"then {overlap}, on every rank", overlap_test)]
     if slower:
         return [(contention, None), (graph_advice, graphs_test) if context.get("cuda_graphs") is False
                 else (f"then {overlap}", overlap_test)]

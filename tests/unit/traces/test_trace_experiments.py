@@ -83,8 +83,8 @@ def test_a_host_bound_verdict_plans_host_side_changes_and_no_nccl_sweep():
     v = summarize([str(H200)], decode_pattern="^decode_step$")["verdict"]
     assert v["kind"] == "host-bound" and len(v["next_tests"]) == len(v["next"])
     assert [t["text"] for t in v["next_tests"]] == v["next"]
-    assert [t["test"] for t in v["next_tests"]] == [None, "cuda-graphs"]
-    assert v["next_tests"][1]["variants"] == [{"name": "cuda-graphs", "environment": {},
+    assert [t["test"] for t in v["next_tests"]] == ["cuda-graphs", None]  # graphs first: both hosts are slow
+    assert v["next_tests"][0]["variants"] == [{"name": "cuda-graphs", "environment": {},
                                                "extra_args": ["--no-enforce-eager"]}]
     assert not any(t["sweeps"] for t in v["next_tests"])
     assert json.loads(json.dumps(v)) == v  # JSON as it is

@@ -20,6 +20,7 @@ import pytest
 
 from vllm_ops.traces import summarize
 from vllm_ops.traces.render import to_markdown, verdict_sentence
+from vllm_ops.traces.verdict import advise
 
 H200 = Path(__file__).resolve().parents[3] / "tests" / "data" / "traces" / "h200_tp2_decode"
 RANKS = (0, 1)
@@ -187,10 +188,35 @@ def test_the_pair_names_rank_1_not_steady_drifting_towards_its_host_time(pair, h
     line = verdict_sentence(pair)
     assert line.startswith("host-bound on rank 1, not steady: decode step ")
     assert f"drifting to {host1:.2f} ms (rank 1's host; rank 0's {_host_per_step(hand[0]):.2f} ms)" in line
-    assert "find what slows rank 1's host" in v["next"][0]
+    # both hosts are far slower than their GPUs (each GPU's work, under half its host's time: the
+    # test above): pinning rank 1 alone reaches rank 0's host pace at best, so graphs come first
+    host0 = _host_per_step(hand[0])
+    assert v["next"][0].startswith("turn CUDA graphs on first, as every rank's host is slower than its GPU needs")
+    assert f"rank 0 {host0:.1f} against " in v["next"][0] and f"rank 1 {host1:.1f} against " in v["next"][0]
+    assert v["next"][1].startswith("then find what slows rank 1's host")
+    assert v["next"][1].endswith(f"that alone brings the pace to the other ranks' hosts, {host0:.1f} ms a step at best")
+    assert [t["test"] for t in v["next_tests"]] == ["cuda-graphs", None]
     text = to_markdown(pair)
     assert "The capture is not steady: rank 1's lead over its GPU shrank" in text
     assert f"a longer run drifts towards {host1:.3f} ms a step" in text
+
+
+def test_the_lead_s_ends_and_the_host_waits_between_them_are_said_beside_its_trend(pair, hand, events):
+    """Rank 1's lead falls 265.6 ms from its first steady step to its last, 225 ms of it in one
+    launch call that waited (step 2); the trend, which that one step does not move, is the drift."""
+    waits = _waited(events[1])
+    first, last = hand[1][STEADY[0]]["lead"] / 1000.0, hand[1][STEADY[-1]]["lead"] / 1000.0
+    waited = sum(_overlap(waits, hand[1][k]["c0"], hand[1][k]["c1"]) for k in STEADY[:-1]) / 1000.0
+    assert waited == pytest.approx(225.0, abs=1.0)
+    p1 = pair["pace"]["ranks"]["1"]
+    assert p1["lead_first_ms"] == pytest.approx(first, abs=1e-3) and p1["lead_last_ms"] == pytest.approx(last, abs=1e-3)
+    assert p1["lead_waited_ms"] == pytest.approx(waited, abs=1e-3)
+    # the fall less the waits is what the host's own slowness took: about the trend, not the 265 ms
+    assert first - last - waited == pytest.approx(-p1["lead_change_ms"], rel=0.25)
+    text = to_markdown(pair)
+    assert (f"shrank by {-p1['lead_change_ms']:.3f} ms on its trend (from {first:.3f} ms at the first step to "
+            f"{last:.3f} ms at the last, {waited:.3f} ms of that in its host's waits for its GPU") in text
+    assert "| lead first, last | lead trend |" in text
 
 
 # The steps the steady figures average: the steady ones with a period (step 11, the last, has none)
@@ -241,3 +267,27 @@ def test_keep_going_with_an_unreadable_rank_is_partial_too(tmp_path):
     assert s["verdict"]["kind"] == "partial"
     assert s["coverage"]["missing"] == [1]
     assert s["coverage"]["unreadable"] == [str(tmp_path / "tp2_rank1.pt.trace.json.gz")]
+
+
+def _host_bound(hosts, needs):
+    return {"kind": "host-bound", "rank": 1,
+            "evidence": {"host_ms_per_step_by_rank": hosts, "gpu_need_ms_per_step_by_rank": needs}}
+
+
+def test_a_slow_host_among_fast_ones_is_found_first():
+    """Rank 0's host (6 ms) is within its GPU's need (7.6 ms): rank 1's host is the only one slow,
+    and fixing it gives the run its GPUs' pace, so it comes first, graphs after."""
+    got = advise(_host_bound({"0": 6.0, "1": 19.5}, {"0": 7.6, "1": 7.8}), {"cuda_graphs": False})
+    assert got[0].startswith("find what slows rank 1's host (19.5 ms a step; the other ranks' 6.0 ms at most)")
+    assert "at best" not in got[0]
+    assert got[1].startswith("turn CUDA graphs on (the steps launched no graph")
+
+
+def test_with_graphs_on_the_slow_host_s_advice_says_how_far_it_reaches():
+    """Graphs already on and every host above its GPU's need: pinning rank 1 reaches rank 0's 15.2
+    ms at best, and overlapping the host's work is for every rank."""
+    got = advise(_host_bound({"0": 15.2, "1": 19.5}, {"0": 7.6, "1": 7.8}), {"cuda_graphs": True})
+    assert got[0].startswith("find what slows rank 1's host (19.5 ms a step; the other ranks' 15.2 ms at most)")
+    assert ("that alone brings the pace to the other ranks' hosts, 15.2 ms a step at best: every rank's host is "
+            "slower than its GPU needs (ms a step: rank 0 15.2 against 7.6, rank 1 19.5 against 7.8)") in got[0]
+    assert got[1] == "then vLLM's --async-scheduling, on every rank"
