@@ -77,6 +77,8 @@ def test_a_variant_that_fails_to_load_is_recorded_the_next_one_tried_and_the_win
     assert any("Incorrect path_or_model_id" in line for line in failed["failure"]["journal"])
     report = json.loads((d / "report.json").read_text())
     assert report["costs"]["model_loads"] == 3  # the failed load, ngram's, ngram deployed (no restore load)
+    # the old settings were not up again: the baseline was measured once, and the report says why
+    assert report["drift"]["measured"] is False and "the winner was deployed" in report["drift"]["words"]
     assert any(w.startswith("draft-missing failed to load") for w in report["warnings"])
     assert any(w.startswith("ngram: speculative decoding was measured on random tokens") for w in report["warnings"])
     assert report["load_words"].startswith("random tokens, 32 in and 16 out, temperature 0,")
@@ -216,8 +218,14 @@ def test_a_communication_bound_host_is_tuned_at_two_loads_to_the_planted_best(ho
     # Costs: the profile, two variants and the normal service back, each a gap in /health.
     job = json.loads((d / "job.json").read_text())
     assert report["costs"]["model_loads"] == 4 and job["downtime"]["gaps"] == 4
+    # The baseline measured again once the normal service was back (the restore loaded it anyway):
+    # both rounds in the record, their drift judged and said.
+    assert {r["round"] for r in exp["runs"] if r["variant"] == "baseline"} == {1, 2}
+    assert report["drift"]["measured"] is True and report["drift"]["words"]
     headline = play.result("Print the headline")["msg"]
-    assert headline.startswith(f"{host.backend.hostname}: {report['result']}; 6 pre-screened, 3 kept (")
+    assert headline.startswith(f"{host.backend.hostname}: {report['result']}; "
+                               + (f"{report['drift']['drifted']}; " if report["drift"]["drifted"] else "")
+                               + "6 pre-screened, 3 kept (")
     assert "; cost 4 model load(s), downtime " in headline and headline.endswith(f"-> {d / 'report.md'}")
     rows = (artifacts / host.backend.hostname / "tunes.csv").read_text().splitlines()
     assert len(rows) == 2 and rows[1].startswith(f"{d.name},")

@@ -29,9 +29,17 @@ Definitions (:func:`analyze`):
 - **the report's model_loads** (beside ``costs``' count): each load phase by phase and against the
   disk's floor, from the skeleton's ``job.json`` (:func:`vllm_ops.loadcost.read_job`), as every job's
   report shows them; None without a ``job.json``.
+- **drift**: the baseline measured again after the restore (the role does so where the restore
+  loaded the normal service anyway: the tune loaded something, applied no winner and did not fail),
+  round 2 against round 1 by the experiment's noise rule (:func:`vllm_ops.experiment.analysis.drift`;
+  both rounds are then pooled as the baseline every variant is compared with). ``measured``;
+  ``drifted``: the experiment's words for the largest drift outside its noise (``baseline drifted
+  +3.1% (TPOT at 1)``), else None; ``words``: that, or that the baseline held, or why it was not
+  measured again. A drift goes into the headline, and beside a winner it is a warning: the
+  winner's gain may be the host's drift.
 - **warnings**: a speculative-decoding variant measured on random tokens (they make n-gram and draft
   models accept almost nothing: give a prompts file), a variant that failed to load or serve, a
-  candidate left unloaded by the budget.
+  candidate left unloaded by the budget, a winner named while the baseline drifted.
 """
 
 from __future__ import annotations
@@ -195,6 +203,10 @@ def analyze(directory: str | Path) -> dict:
         result_tail = (f"the step is within {headroom:.0f}% of its floor" if isinstance(headroom, (int, float))
                        else "its floor is not measured (no decode ledger in the summary)")
         result = f"{result}; {result_tail}"
+    drift = baseline_drift(exp_report, record)
+    if drift["drifted"] and out_winner:
+        warnings.append(f"the {drift['drifted']} between the tune's start and its end: the winner's gain may be "
+                        "the host's drift; measure again (an experiment of the winner) before rolling it out")
     load = record.get("load") or {}
     for v in (exp_report or {}).get("variants") or []:
         if _speculates(v) and not load.get("prompts_file"):
@@ -227,16 +239,36 @@ def analyze(directory: str | Path) -> dict:
         "schema": SCHEMA, "id": tune_id, "host": host, "dir": str(d), "started_at": record.get("started_at"),
         "finished_at": record.get("finished_at"), "profile_path": record.get("profile_path"),
         "verdict": summary.get("verdict"), "plan": plan, "prescreen": screened, "experiment": exp_report,
-        "winner": out_winner, "result": result, "applied": record.get("applied"), "load": load,
+        "winner": out_winner, "result": result, "drift": drift, "applied": record.get("applied"), "load": load,
         "load_words": load_words(load) if load else None, "warnings": warnings, "costs": costs,
         "cost_words": cost_words, "error": record.get("error"), "model_loads": job_loads,
         "host_vars": "host_vars.yml" if out_winner else None,
         "rollout_change": "rollout_change.yml" if out_winner else None,
     }
     pre_words = _prescreen_words(screen)
-    report["headline"] = "; ".join(p for p in (f"{host}: {result}", pre_words, cost_words) if p) + \
+    report["headline"] = "; ".join(p for p in (f"{host}: {result}", drift["drifted"], pre_words, cost_words) if p) + \
         f" -> {d / 'report.md'}"
     return report
+
+
+def baseline_drift(exp_report: Mapping | None, record: Mapping) -> dict:
+    """The baseline measured again after the restore, or why not (see the module's docstring)."""
+    exp = ((exp_report or {}).get("experiments") or [{}])[0]
+    if any(d["tpot"]["round2"] is not None or d["throughput"]["round2"] is not None for d in exp.get("drift") or []):
+        drifted = exp.get("drifted")
+        return {"measured": True, "drifted": drifted,
+                "words": drifted or "the baseline held within its noise, measured again after the restore"}
+    if record.get("drift_error"):
+        why = f"the benchmark after the restore failed: {record['drift_error']}"
+    elif record.get("error"):
+        why = "the tune stopped early"
+    elif record.get("applied"):
+        why = "the winner was deployed, so the old settings were not up again"
+    elif not record.get("loads"):
+        why = "nothing was loaded, the service ran throughout"
+    else:
+        why = "no second measurement was recorded"
+    return {"measured": False, "drifted": None, "words": f"the baseline was measured once ({why})"}
 
 
 def _prescreen_words(screen: Mapping) -> str | None:

@@ -199,3 +199,55 @@ def test_a_pre_screen_that_keeps_no_candidate_loads_nothing_and_says_so(tune_dir
     assert report["winner"] is None and not (d / "host_vars.yml").exists()
     assert report["costs"]["model_loads"] == 0 and report["costs"]["loaded"] == 0
     assert "6 pre-screened, 0 kept" in report["headline"] and "cost 0 model load(s)" in report["headline"]
+
+
+def _drift_tune(d, capsys, again):
+    """The NCCL sweep's tune with the baseline measured again after the restore (``again``: its TPOTs
+    at concurrency 1), the winner LL128_16 as in the first test."""
+    _plan(d, capsys=capsys)
+    _prescreen(d)
+    capsys.readouterr()
+    write_experiment(d, {"baseline": (UNIT["environment"], UNIT["extra_args"], BASE, [100.0, 101.0, 99.0]),
+                         "baseline@2": (UNIT["environment"], UNIT["extra_args"], again, [100.0, 101.0, 99.0]),
+                         LL128_16: ({"NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": "16",
+                                     "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}, [], WIN, [150.0, 151.0, 149.0])})
+    _tune_json(d)
+    assert main(["analyze", str(d), "--history", str(d.parent / "tunes.csv")]) == 0
+    headline = capsys.readouterr().out.strip().splitlines()[-1]
+    return json.loads((d / "report.json").read_text()), headline, (d / "report.md").read_text()
+
+
+def test_a_baseline_that_drifted_between_the_start_and_the_end_is_said_beside_the_winner(tune_dir, capsys):
+    """Measured again after the restore, the normal service is 10% slower than at the start: beyond
+    its noise (0.2 + 0.1 ms of 15), so the headline says so and the winner carries a warning."""
+    again = [16.5, 16.6, 16.4]
+    report, headline, md = _drift_tune(tune_dir, capsys, again)
+    c1, c2 = statistics.median(BASE), statistics.median(again)
+    band = (max(abs(b - c1) for b in BASE) + max(abs(b - c2) for b in again)) / c1
+    assert abs(c2 / c1 - 1) > band
+    words = f"baseline drifted {100 * (c2 / c1 - 1):+.1f}% (TPOT at 1)"
+    assert report["drift"] == {"measured": True, "drifted": words, "words": words}
+    assert f"; {words}; " in headline
+    assert report["winner"]["name"] == LL128_16
+    assert (f"the {words} between the tune's start and its end: the winner's gain may be the host's drift; "
+            "measure again (an experiment of the winner) before rolling it out") in report["warnings"]
+    assert "and again after the restore (both rounds pooled)" in md and f"Drift: {words}." in md
+
+
+def test_a_baseline_that_held_is_said_to_have_held_and_a_single_one_why(tune_dir, capsys, tmp_path):
+    report, headline, md = _drift_tune(tune_dir, capsys, list(BASE))
+    held = "the baseline held within its noise, measured again after the restore"
+    assert report["drift"] == {"measured": True, "drifted": None, "words": held}
+    assert "drifted" not in headline and not any("drift" in w for w in report["warnings"])
+    assert f"Drift: {held}." in md
+    # applied: the old settings were not up again, and the report says so
+    d = tmp_path / "applied"
+    d.mkdir()
+    (d / "profile").mkdir()
+    _plan(d, capsys=capsys)
+    write_experiment(d, {"baseline": (UNIT["environment"], UNIT["extra_args"], BASE, [100.0, 101.0, 99.0])})
+    _tune_json(d, applied=LL128_16)
+    assert main(["analyze", str(d), "--history", str(d / "tunes.csv")]) == 0
+    once = json.loads((d / "report.json").read_text())["drift"]
+    assert once == {"measured": False, "drifted": None, "words": "the baseline was measured once (the winner was "
+                    "deployed, so the old settings were not up again)"}

@@ -47,19 +47,21 @@ def bench(tpot: float, thr: float) -> dict:
 
 def write_experiment(d: Path, series: dict, unit=UNIT, concurrencies=(1, 4)) -> None:
     """``series``: name -> (environment, extra_args, [TPOT at the lowest concurrency per repeat],
-    [throughput at the highest per repeat]); "baseline" is the normal service (round 1 only)."""
+    [throughput at the highest per repeat]); "baseline" is the normal service, "baseline@2" the same
+    measured again after the restore (round 2)."""
     exp = d / "experiment"
     runs, variants = [], []
-    for name, (env, args, tpots, thrs) in series.items():
+    for key, (env, args, tpots, thrs) in series.items():
+        name, _, rnd = key.partition("@")
         if name != "baseline":
             variants.append({"name": name, "environment": env, "extra_args": args, "profile": False, "status": "ok",
                              "failure": None})
         for rep, (tpot, thr) in enumerate(zip(tpots, thrs, strict=True), 1):
             for conc, result in ((concurrencies[0], bench(tpot, 100.0)), (concurrencies[1], bench(30.0, thr))):
-                file = f"bench/{name}/c{conc}-r{rep}.json"
+                file = f"bench/{name}-{rnd or 1}/c{conc}-r{rep}.json"
                 (exp / file).parent.mkdir(parents=True, exist_ok=True)
                 (exp / file).write_text(json.dumps(result))
-                runs.append({"variant": name, "round": 1, "concurrency": conc, "repeat": rep, "file": file,
+                runs.append({"variant": name, "round": int(rnd or 1), "concurrency": conc, "repeat": rep, "file": file,
                              "metrics": {}})
     record = {"id": "20261201T120000Z", "host": "h1", "started_at": "2026-12-01T12:00:00Z",
               "finished_at": "2026-12-01T12:10:00Z", "model": "kimi-k2.5", "vllm_version": "0.32.0",
