@@ -34,10 +34,12 @@ def by_host(report) -> dict:
 
 def recomputed(job_dir: Path, metric: str, concurrency: int) -> tuple[float, float]:
     """The experiment's change and noise band (percent) of ``metric`` at ``concurrency``, from the
-    canary's bench result files: medians of the runs, the two sides' largest distances from them."""
+    canary's bench result files: medians of the runs, the two sides' largest distances from them (the
+    baseline as the gate saw it: round 1, before the change)."""
     record = json.loads((job_dir / "experiment.json").read_text())
     values = {side: [json.loads((job_dir / r["file"]).read_text())[metric] for r in record["runs"]
-                     if r["variant"] == side and r["concurrency"] == concurrency] for side in ("baseline", "change")}
+                     if r["variant"] == side and r["concurrency"] == concurrency and r["round"] == 1]
+              for side in ("baseline", "change")}
     base, new = statistics.median(values["baseline"]), statistics.median(values["change"])
     spread = max(abs(v - base) for v in values["baseline"]) + max(abs(v - new) for v in values["change"])
     return 100 * (new / base - 1), max(100 * spread / base, NOISE_FLOOR_PCT)
@@ -91,6 +93,12 @@ def test_a_slower_release_is_rolled_back_at_the_canarys_gate_and_the_rollout_sto
         assert point["tpot"]["noise_pct"] == pytest.approx(noise, abs=5e-4)
         assert change > MAX_REGRESSION_PCT + noise and point["tpot"]["regressed"]
     assert gate["line"] in report["headline"] and "regressed: TPOT rose" in gate["line"]
+    # The old service, back after the rollback, measured again: whether the host itself drifted is said.
+    record = json.loads((job_dir / "experiment.json").read_text())
+    assert {r["round"] for r in record["runs"] if r["variant"] == "baseline"} == {1, 2}
+    drift = report["canary"]["drift"]
+    assert drift["measured"] is True and drift["words"].startswith("measured again after the rollback, the baseline ")
+    assert drift["words"] in report["headline"]
     # Back on its old release, healthy; the other hosts never touched; 0.34.0 kept (installed, not run healthy).
     assert served_version(first) == "0.32.0" and first.argv()[1] == "/opt/vllm/0.32.0/bin/vllm"
     for name, before in others.items():

@@ -111,6 +111,11 @@ def drift(round1: Mapping, round2: Mapping, floor_pct: float) -> dict:
     return out
 
 
+def drift_measured(drifts: list[Mapping]) -> bool:
+    """Whether the baseline was measured a second time (round 2 has a figure at some concurrency)."""
+    return any(d[k]["round2"] is not None for d in drifts for k in ("tpot", "throughput"))
+
+
 def category(status: str, tpot: Mapping, throughput: Mapping) -> str:
     """A variant's category from its status and its two headline comparisons (see the docstring)."""
     if status == "not run":

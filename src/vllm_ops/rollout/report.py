@@ -21,8 +21,15 @@ Layout (``schema`` ``vllm-ops/rollout-report/1``)::
               line, at most 240 characters), restarted, before, after, downtime_s, downtime, job_dir,
               model_loads (the host job's loads, vllm_ops.loadcost.summary of its job.json | null)}]
              (one per host; a host the rollout did not reach has status "not reached"),
-    canary {host, gate (gate.json's content, vllm_ops.rollout.gate) | null}, counts {status: n},
-    headline (str)
+    canary {host, gate (gate.json's content, vllm_ops.rollout.gate) | null, drift DRIFT | null},
+    counts {status: n}, headline (str)
+
+    DRIFT (only where the canary's gate stopped the rollout): {measured, drifted, words}: the
+    canary's old service, back after the rollback, measured again (round 2 of its experiment.json)
+    and judged against round 1 by the experiment's noise rule (vllm_ops.experiment.analysis.drift);
+    ``drifted`` is the experiment's words for a drift outside the noise (``baseline drifted +9.0%
+    (TPOT at 1)``) or null; ``words`` what the report says: a drift makes the regression possibly
+    the host's own, a baseline that held makes it the change's.
 
 ``status`` is the outcome in the report's words: ``changed`` or ``unchanged`` (kept, with or without a
 restart), ``refused (nothing stopped)``, ``rolled back`` (did not load, regressed, inconclusive, smoke failed),
@@ -36,6 +43,10 @@ from pathlib import Path
 
 from .. import loadcost
 from ..cliutil import read_json
+from ..experiment import ExperimentInputError
+from ..experiment.analysis import analyze_host, drift_measured
+from ..experiment.headline import drift_text
+from ..experiment.inputs import load_experiment
 from ..job import downtime_text
 from .errors import RolloutInputError
 
@@ -137,9 +148,34 @@ def build_report(rollout: Mapping, hosts: list[str]) -> dict:
     canary = next((e["host"] for e in entries if e["stage"] == "canary"), None)
     report = {"schema": SCHEMA, "id": rollout["id"], "change": change, "hosts": order, "stopped": stopped is not None,
               "stopped_at": stopped["host"] if stopped else None, "entries": entries,
-              "canary": {"host": canary, "gate": rollout["gate"]}, "counts": counts}
+              "canary": {"host": canary, "gate": rollout["gate"],
+                         "drift": canary_drift(next((e for e in entries if e["stage"] == "canary"), None))},
+              "counts": counts}
     report["headline"] = headline(report)
     return report
+
+
+def canary_drift(entry: Mapping | None) -> dict | None:
+    """The canary's baseline measured again after its rollback (DRIFT of the module's docstring), or
+    None where the gate did not stop the rollout."""
+    if not entry or entry["outcome"] not in ("regressed", "inconclusive") or not entry.get("job_dir"):
+        return None
+    job_dir = Path(entry["job_dir"])
+    if not (job_dir / "experiment.json").exists():
+        return None
+    try:
+        drifts = analyze_host(load_experiment(job_dir))["drift"]
+    except ExperimentInputError as exc:
+        return {"measured": False, "drifted": None, "words": f"the canary's measurement could not be read again: {exc}"}
+    if not drift_measured(drifts):
+        return {"measured": False, "drifted": None,
+                "words": "the baseline was not measured again after the rollback (its old service was not healthy, or "
+                         "the benchmark failed): the regression cannot be told from the host's drift"}
+    drifted = drift_text(drifts)
+    words = (f"measured again after the rollback, the {drifted}: the regression may be the host's own drift; run "
+             "the rollout again" if drifted else
+             "measured again after the rollback, the baseline held within its noise: the regression is the change's")
+    return {"measured": True, "drifted": drifted, "words": words}
 
 
 def headline(report: Mapping) -> str:
@@ -167,6 +203,9 @@ def headline(report: Mapping) -> str:
                      f"({'; '.join(versions)})")
     if gate:
         parts.append(gate["line"])
+    drift = report["canary"].get("drift")
+    if drift:
+        parts.append(drift["words"])
     if downtime:
         parts.append(f"downtime {downtime}")
     return "; ".join(parts)

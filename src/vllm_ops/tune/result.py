@@ -52,7 +52,7 @@ from .. import loadcost
 from ..artifacts import write_json, write_text
 from ..cliutil import read_json
 from ..experiment import build_report, load_experiment
-from ..experiment.analysis import TPOT
+from ..experiment.analysis import TPOT, drift_measured
 from ..job import JobInputError, downtime_text, duration
 from .errors import TuneInputError
 
@@ -254,7 +254,7 @@ def analyze(directory: str | Path) -> dict:
 def baseline_drift(exp_report: Mapping | None, record: Mapping) -> dict:
     """The baseline measured again after the restore, or why not (see the module's docstring)."""
     exp = ((exp_report or {}).get("experiments") or [{}])[0]
-    if any(d["tpot"]["round2"] is not None or d["throughput"]["round2"] is not None for d in exp.get("drift") or []):
+    if drift_measured(exp.get("drift") or []):
         drifted = exp.get("drifted")
         return {"measured": True, "drifted": drifted,
                 "words": drifted or "the baseline held within its noise, measured again after the restore"}

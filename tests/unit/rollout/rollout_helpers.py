@@ -14,17 +14,19 @@ def bench(tpot: float, thr: float, completed: int = 16, failed: int = 0) -> dict
     return d
 
 
-def write_canary(path, before: dict, after: dict, host="a", noise_floor_pct=1.0) -> str:
-    """``before``/``after``: {concurrency: [(tpot, throughput, completed, failed), ...one per repeat]}."""
+def write_canary(path, before: dict, after: dict, host="a", noise_floor_pct=1.0, again: dict | None = None) -> str:
+    """``before``/``after``: {concurrency: [(tpot, throughput, completed, failed), ...one per repeat]};
+    ``again``: the baseline measured again after a rollback (round 2), in the same form."""
     path.mkdir(parents=True, exist_ok=True)
     runs = []
-    for name, side in (("baseline", before), ("change", after)):
+    for name, rnd, slot, side in (("baseline", 1, "baseline", before), ("change", 1, "change", after),
+                                  ("baseline", 2, "baseline-2", again or {})):
         for conc, repeats in side.items():
             for rep, (tpot, thr, completed, failed) in enumerate(repeats, start=1):
-                file = f"bench/{name}/c{conc}-r{rep}.json"
+                file = f"bench/{slot}/c{conc}-r{rep}.json"
                 (path / file).parent.mkdir(parents=True, exist_ok=True)
                 (path / file).write_text(json.dumps(bench(tpot, thr, completed, failed)))
-                runs.append({"variant": name, "round": 1, "concurrency": conc, "repeat": rep, "file": file,
+                runs.append({"variant": name, "round": rnd, "concurrency": conc, "repeat": rep, "file": file,
                              "metrics": {}})
     record = {"id": "20261201T100000Z", "host": host, "started_at": "2026-12-01T10:00:00Z", "model": "kimi-k2.5",
               "vllm_version": "0.32.0", "load": {"concurrencies": sorted(before), "repeats": 3, "num_prompts": 16,

@@ -10,7 +10,7 @@ from vllm_ops.rollout import RolloutInputError, build_report, load_rollout
 from vllm_ops.rollout.cli import main
 from vllm_ops.rollout.report import reason_line
 
-from rollout_helpers import host_record, same
+from rollout_helpers import host_record, same, write_canary
 
 GATE_LINE = "canary a: TPOT +0.5% (noise ±2.0%) at concurrency 1, ...: passed (at most 5% worse)"
 
@@ -116,3 +116,35 @@ def test_each_host_shows_its_loads_from_its_job_record(rollout_dir, tmp_path):
     assert main(["analyze", str(d), "--hosts", "a,b"]) == 0
     md = (d / "report.md").read_text()
     assert "## Model loads" in md and f"a: **{ml['clause']}.**" in md
+
+
+@pytest.mark.parametrize("again, words", [
+    # 20.0 -> 22.0 ms: +10%, beyond the band (0 spread, the 1% floor): the host itself moved
+    ([(22.0, 100.0, 16, 0)] * 3, "measured again after the rollback, the baseline drifted +10.0% (TPOT at 1): the "
+                                 "regression may be the host's own drift; run the rollout again"),
+    ([(20.0, 100.0, 16, 0)] * 3, "measured again after the rollback, the baseline held within its noise: the "
+                                 "regression is the change's"),
+])
+def test_after_a_rollback_the_canary_s_baseline_measured_again_says_whether_the_host_drifted(
+        rollout_dir, tmp_path, again, words):
+    job = write_canary(tmp_path / "job", {1: same(20.0, 100.0)}, {1: same(60.0, 100.0)}, again={1: again})
+    record = dict(host_record("a", "canary", "regressed", after="0.32.0", error="the gate"), job_dir=job)
+    d = rollout_dir(record, gate=gate_doc(False, ["TPOT rose 200.0% at concurrency 1 (noise ±1.0%)"]))
+    report = build_report(load_rollout(d), ["a", "b"])
+    assert report["canary"]["drift"]["words"] == words
+    assert f"{GATE_LINE}; {words}; downtime a 9.5 s" in report["headline"]
+
+
+def test_a_canary_that_passed_has_no_drift_to_say(rollout_dir, tmp_path):
+    job = write_canary(tmp_path / "job", {1: same(20.0, 100.0)}, {1: same(20.0, 100.0)})
+    d = rollout_dir(dict(host_record("a", "canary", "kept"), job_dir=job), gate=gate_doc())
+    assert build_report(load_rollout(d), ["a"])["canary"]["drift"] is None
+    # regressed, but the old service was not measured again: the report says the regression stands unchecked
+    d2 = tmp_path / "second"
+    d2.mkdir()
+    job2 = write_canary(d2 / "job", {1: same(20.0, 100.0)}, {1: same(60.0, 100.0)})
+    rec = dict(host_record("a", "canary", "regressed", after="0.32.0", error="the gate"), job_dir=job2)
+    (d2 / "hosts").mkdir()
+    (d2 / "hosts" / "a.json").write_text(json.dumps(rec))
+    drift = build_report(load_rollout(d2), ["a"])["canary"]["drift"]
+    assert drift["measured"] is False and "cannot be told from the host's drift" in drift["words"]
