@@ -246,6 +246,20 @@ def test_a_once_fault_fires_one_time(server, sandbox):
     assert not (sandbox.faults / "engine-dies-during-load").exists(), "a one-shot switch is removed when it fires"
 
 
+def test_an_after_fault_lets_that_many_starts_go_by_then_fires_once(server, sandbox):
+    switch = sandbox.faults / "engine-dies-during-load"
+    sandbox.set_fault("engine-dies-during-load", "after 1")
+    env = {"VLLM_STANDIN_SHARDS": "20", "VLLM_STANDIN_LOAD_S": "2"}
+    server.start(tp=1, env=env)
+    server.wait_ready()  # the first start went by, counted once although the switch is read every 0.1 s
+    assert switch.read_text().strip() == "once"
+    server.kill_all()
+    server.start(tp=1, env=env)
+    assert server.wait_exit() == 1
+    assert "(stand-in fault engine-dies-during-load)" in server.log()
+    assert not switch.exists()
+
+
 def test_missing_gpu_device_fails_like_vllm(server, sandbox):
     (sandbox.dev / "nvidia1").unlink()
     server.start(tp=2)

@@ -19,7 +19,7 @@ import statistics
 import pytest
 import yaml
 
-from testlib import LOCK, ROOT, UNIT, assert_normal_service, run_playbook, start_playbook, wait_for
+from testlib import FAULT_DIR, LOCK, ROOT, UNIT, assert_normal_service, run_playbook, start_playbook, wait_for
 
 KNOBS = "/etc/vllm-standin.env"
 DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
@@ -108,6 +108,44 @@ def test_a_variant_that_fails_to_load_is_recorded_the_next_one_tried_and_the_win
     assert back.rc == 0 and back.changed > 0
     assert "speculative" not in host.file(f"/proc/{host.check_output(f'systemctl show {UNIT} -p MainPID --value')}"
                                           "/cmdline").content_string
+
+
+def test_a_winner_that_does_not_load_when_applied_leaves_the_host_on_its_old_service_and_says_so(host, tmp_path):
+    """The winner (ngram, a clear win on the stand-in) loads as a variant, then dies loading as the
+    normal service (the switch lets one start go by): the vllm role rolls the host back to its
+    last-known-good, and the tune fails saying so, its report kept."""
+    plan = tmp_path / "plan.yml"
+    ngram = ["--speculative-config", json.dumps({"method": "ngram", "num_speculative_tokens": 3,
+                                                 "prompt_lookup_max": 3, "prompt_lookup_min": 1})]
+    plan.write_text(yaml.safe_dump({"variants": [{"name": "ngram", "extra_args": ngram}]}))
+    switch = f"{FAULT_DIR}/engine-dies-during-load"
+    host.check_output(f"echo 'after 1' > {switch} && chown vllm {switch}")
+    before = host.check_output(f"systemctl cat {UNIT}")
+    artifacts = tmp_path / "artifacts"
+    play = tune(artifacts, "-e", f"vllm_tune_plan_file={plan}", "-e", "vllm_tune_apply=true")
+    assert play.rc != 0, play.output[-4000:]
+    assert not host.file(switch).exists, "the switch fired: the winner's deployment died loading"
+    d = only_dir(artifacts, host)
+    record = json.loads((d / "tune.json").read_text())
+    assert record["applied"] is None and record["error"]
+    assert [(x["what"], x["name"], x["status"]) for x in record["loads"]] == [("variant", "ngram", "ok")]
+    report = json.loads((d / "report.json").read_text())
+    assert report["winner"]["name"] == "ngram" and report["applied"] is None
+    # the variant's load, the winner's that died, the last-known-good's (the rollback): job.json has all three
+    assert report["costs"]["model_loads"] == 3
+    assert report["drift"]["measured"] is False and "the tune stopped early" in report["drift"]["words"]
+    # The message: the tune failed on this host, which is back on its normal service and healthy.
+    name = host.backend.hostname
+    said = re.search(rf"Tune \S+ failed on {name} \(the normal service is back and healthy[^)]*\): (.*)",
+                     play.output)
+    assert said, play.output[-4000:]
+    assert f"The change did not load on {name}; rolled back: {name} is back on its last-known-good" in said.group(1)
+    assert "stand-in fault engine-dies-during-load" in said.group(1)  # what failed, from the journal
+    # The host runs its old settings again, from the same unit, healthy, no speculation.
+    assert_normal_service(host)
+    assert host.check_output(f"systemctl cat {UNIT}") == before
+    pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
+    assert "speculative" not in host.file(f"/proc/{pid}/cmdline").content_string
 
 
 def start_tune(artifacts):

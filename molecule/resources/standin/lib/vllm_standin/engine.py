@@ -14,7 +14,7 @@ import time
 
 from vllm_standin import VERSION
 from vllm_standin.config import SPEC_DRAFT_DIR_METHODS
-from vllm_standin.knobs import consume_if_once, env_float, fault
+from vllm_standin.knobs import consume_if_once, count_down, env_float, fault
 from vllm_standin.logs import fail_with_traceback, log, set_label
 from vllm_standin.processes import set_comm, spawn_titled, worker_name
 
@@ -72,15 +72,20 @@ class Engine:
         self.start_workers()
         self.gather("up")
         t0 = time.monotonic()
+        let_by = []  # this load went by a switch's "after N" (counted once a load)
 
         def maybe_die_loading():
             # Part-way through the shard progress, as a real load failure would.
-            if time.monotonic() - t0 >= 0.4 * cfg["load_s"] * 0.85 \
-                    and fault("engine-dies-during-load") is not None:
-                consume_if_once("engine-dies-during-load")
-                self.die("gpu_model_runner.py:2890",
-                         "CUDA error: an illegal memory access was encountered "
-                         "(stand-in fault engine-dies-during-load)", during_load=True)
+            if let_by or time.monotonic() - t0 < 0.4 * cfg["load_s"] * 0.85 \
+                    or fault("engine-dies-during-load") is None:
+                return
+            if count_down("engine-dies-during-load"):
+                let_by.append(True)
+                return
+            consume_if_once("engine-dies-during-load")
+            self.die("gpu_model_runner.py:2890",
+                     "CUDA error: an illegal memory access was encountered "
+                     "(stand-in fault engine-dies-during-load)", during_load=True)
 
         self.gather("loaded", on_wait=maybe_die_loading)
         self.load_draft_model()

@@ -74,6 +74,24 @@ def consume_if_once(name):
             os.unlink(os.path.join(fault_dir(), name))
 
 
+def count_down(name):
+    """A switch whose content is ``after N`` lets this one go by: ``after N-1``, or ``once`` after
+    the last (which then fires one time). True when it let this one go by; False for any other
+    content, which applies as it is.
+
+    Lets a test fail a later start and not the ones before it (a tune's winner deployed after its
+    own variant loaded). The fault dir must be writable by the server's user.
+    """
+    content = fault(name)
+    match = re.fullmatch(r"after\s+(\d+)", content or "")
+    if not match:
+        return False
+    left = int(match.group(1)) - 1
+    with contextlib.suppress(OSError), open(os.path.join(fault_dir(), name), "w", encoding="utf-8") as fh:
+        fh.write(f"after {left}\n" if left > 0 else "once\n")
+    return True
+
+
 def fault_names_rank(name, rank):
     """A switch whose content lists ranks (empty: all) applies to ``rank``."""
     content = fault(name)
