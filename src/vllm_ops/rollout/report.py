@@ -21,8 +21,11 @@ Layout (``schema`` ``vllm-ops/rollout-report/1``)::
               line, at most 240 characters), restarted, before, after, downtime_s, downtime, job_dir,
               model_loads (the host job's loads, vllm_ops.loadcost.summary of its job.json | null)}]
              (one per host; a host the rollout did not reach has status "not reached"),
-    canary {host, gate (gate.json's content, vllm_ops.rollout.gate) | null, drift DRIFT | null},
-    counts {status: n}, headline (str)
+    canaries [CANARY] (every canary host in the play's order: one, or the hosts of a canary group),
+    canary CANARY (the canary that stopped the rollout, else the first; {host: null, gate: null,
+    drift: null} without one), counts {status: n}, headline (str)
+
+    CANARY = {host, gate (its gate.json's content, vllm_ops.rollout.gate) | null, drift DRIFT | null}
 
     DRIFT (only where the canary's gate stopped the rollout): {measured, drifted, words}: the
     canary's old service, back after the rollback, measured again (round 2 of its experiment.json)
@@ -93,7 +96,7 @@ def _record(path: Path) -> dict:
 
 
 def load_rollout(directory: str | Path) -> dict:
-    """The rollout directory's host records (by host) and the canary's gate, checked."""
+    """The rollout directory's host records (by host) and each canary's gate (by host), checked."""
     d = Path(directory)
     hosts_dir = d / "hosts"
     if not hosts_dir.is_dir():
@@ -103,13 +106,13 @@ def load_rollout(directory: str | Path) -> dict:
     for path in sorted(hosts_dir.glob("*.json")):
         record = _record(path)
         records[record["host"]] = record
-    gate = None
-    for record in records.values():
+    gates = {}
+    for host, record in records.items():
         if record["stage"] == "canary" and record.get("gate"):
             gate_path = Path(record["gate"])
             if gate_path.exists():  # a canary refused before its measurement has none
-                gate = read_json(gate_path, "canary gate", RolloutInputError)
-    return {"dir": str(d), "id": d.name, "records": records, "gate": gate}
+                gates[host] = read_json(gate_path, "canary gate", RolloutInputError)
+    return {"dir": str(d), "id": d.name, "records": records, "gates": gates}
 
 
 def _runs(side: Mapping | None) -> str:
@@ -145,12 +148,14 @@ def build_report(rollout: Mapping, hosts: list[str]) -> dict:
     for e in entries:
         counts[e["status"]] = counts.get(e["status"], 0) + 1
     change = next((r.get("change") for r in records.values() if r.get("change")), None)
-    canary = next((e["host"] for e in entries if e["stage"] == "canary"), None)
+    canaries = [{"host": e["host"], "gate": rollout["gates"].get(e["host"]), "drift": canary_drift(e)}
+                for e in entries if e["stage"] == "canary"]
+    at = stopped["host"] if stopped and stopped["stage"] == "canary" else None
+    canary = next((c for c in canaries if c["host"] == at), canaries[0] if canaries else
+                  {"host": None, "gate": None, "drift": None})
     report = {"schema": SCHEMA, "id": rollout["id"], "change": change, "hosts": order, "stopped": stopped is not None,
               "stopped_at": stopped["host"] if stopped else None, "entries": entries,
-              "canary": {"host": canary, "gate": rollout["gate"],
-                         "drift": canary_drift(next((e for e in entries if e["stage"] == "canary"), None))},
-              "counts": counts}
+              "canaries": canaries, "canary": canary, "counts": counts}
     report["headline"] = headline(report)
     return report
 
@@ -201,11 +206,14 @@ def headline(report: Mapping) -> str:
         versions = sorted({_runs(e["after"]) for e in changed})
         parts.append(f"rollout {report['id']}: {len(changed)}/{len(entries)} hosts on the change "
                      f"({'; '.join(versions)})")
-    if gate:
-        parts.append(gate["line"])
-    drift = report["canary"].get("drift")
-    if drift:
-        parts.append(drift["words"])
+    # The gate of the canary that stopped the rollout, else every canary's (a canary group has several).
+    stop = next((e for e in entries if e["host"] == report["stopped_at"]), None)
+    shown = [report["canary"]] if stop and stop["stage"] == "canary" else report["canaries"]
+    for c in shown:
+        if c.get("gate"):
+            parts.append(c["gate"]["line"])
+        if c.get("drift"):
+            parts.append(c["drift"]["words"])
     if downtime:
         parts.append(f"downtime {downtime}")
     return "; ".join(parts)

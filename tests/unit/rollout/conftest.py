@@ -16,13 +16,15 @@ def canary_dir(tmp_path):
 
 @pytest.fixture
 def rollout_dir(tmp_path):
-    def make(*records, gate=None):
+    def make(*records, gate=None, gates=None):
+        """``gate``: the gate.json of every canary; ``gates``: host -> its own."""
         d = tmp_path / "artifacts" / "rollout" / "20261201T100000Z"
         (d / "hosts").mkdir(parents=True)
         for r in records:
-            if r["stage"] == "canary" and gate is not None:
-                (tmp_path / "gate.json").write_text(json.dumps(gate))
-                r["gate"] = str(tmp_path / "gate.json")
+            own = (gates or {}).get(r["host"], gate)
+            if r["stage"] == "canary" and own is not None:
+                (tmp_path / f"gate-{r['host']}.json").write_text(json.dumps(own))
+                r["gate"] = str(tmp_path / f"gate-{r['host']}.json")
             (d / "hosts" / f"{r['host']}.json").write_text(json.dumps(r))
         return d
     return make

@@ -148,3 +148,34 @@ def test_a_canary_that_passed_has_no_drift_to_say(rollout_dir, tmp_path):
     (d2 / "hosts" / "a.json").write_text(json.dumps(rec))
     drift = build_report(load_rollout(d2), ["a"])["canary"]["drift"]
     assert drift["measured"] is False and "cannot be told from the host's drift" in drift["words"]
+
+
+def test_a_canary_group_reports_every_canary_s_gate_and_the_one_that_stopped_it(rollout_dir, tmp_path):
+    """Canaries a and b (a canary group): both pass, every gate is in the headline and the page; when
+    b regresses, the headline gives b's gate, not a's."""
+    line_b = "canary b: TPOT +1.0% (noise ±2.0%) at concurrency 1, ...: passed (at most 5% worse)"
+    good = {"a": gate_doc(), "b": {**gate_doc(), "host": "b", "line": line_b}}
+    d = rollout_dir(host_record("a", "canary", "kept"), host_record("b", "canary", "kept"),
+                    host_record("c", "fleet", "kept"), gates=good)
+    report = build_report(load_rollout(d), ["a", "b", "c"])
+    assert [c["host"] for c in report["canaries"]] == ["a", "b"] and report["canary"]["host"] == "a"
+    assert f"; {GATE_LINE}; {line_b}; downtime " in report["headline"]
+    assert main(["analyze", str(d), "--hosts", "a,b,c"]) == 0
+    md = (d / "report.md").read_text()
+    assert "## The canary's gate on a" in md and "## The canary's gate on b" in md and line_b in md
+
+    regressed_b = {**gate_doc(False, ["TPOT rose 40.0% at concurrency 1 (noise ±1.0%)"]), "host": "b",
+                   "line": "canary b: TPOT +40.0% ...: regressed"}
+    other = tmp_path / "second"  # a second rollout's records (the fixture makes one directory per test)
+    d2 = other / "rollout" / "20261201T100000Z"
+    (d2 / "hosts").mkdir(parents=True)
+    for r, g in ((host_record("a", "canary", "kept"), good["a"]),
+                 (host_record("b", "canary", "regressed", after="0.32.0", error="the gate"), regressed_b),
+                 (host_record("c", "fleet", "kept"), None)):
+        if g is not None:
+            (other / f"gate-{r['host']}.json").write_text(json.dumps(g))
+            r["gate"] = str(other / f"gate-{r['host']}.json")
+        (d2 / "hosts" / f"{r['host']}.json").write_text(json.dumps(r))
+    stopped = build_report(load_rollout(d2), ["a", "b", "c"])
+    assert stopped["canary"]["host"] == "b" and stopped["stopped_at"] == "b"
+    assert "canary b: TPOT +40.0% ...: regressed" in stopped["headline"] and GATE_LINE not in stopped["headline"]
