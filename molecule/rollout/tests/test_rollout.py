@@ -1,8 +1,9 @@
 """rollout.yml on three hosts, the stand-in installed as three releases (prepare.yml: 0.32.0; 0.33.0
 without --reasoning-parser; 0.34.0 three times slower per token): a bad change never reaches the
-other hosts and leaves the first healthy on its old configuration; a good one reaches all three, with
-the canary's figures recomputed here from its benchmark files; restore.yml after a rollout killed
-mid-way; in a batch of two, a change that does not load on one host rolls back that host alone.
+other hosts and leaves the first healthy on its old configuration; a good one reaches all three
+through a canary group of two, each canary's figures recomputed here from its benchmark files;
+restore.yml after a rollout killed mid-way; in a batch of two, a change that does not load on one
+host rolls back that host alone.
 In file order; the last test leaves every host on 0.33.0."""
 
 from __future__ import annotations
@@ -153,10 +154,13 @@ def test_restore_after_a_rollout_killed_mid_way_brings_each_host_to_its_own_last
     assert again.rc == 0 and again.changed == 0, again.changed_tasks
 
 
-def test_a_good_change_reaches_every_host_with_the_canarys_figures_and_downtime(hosts, tmp_path):
+def test_a_good_change_reaches_every_host_with_each_canarys_figures_and_downtime(hosts, tmp_path):
     # The inventory's settings, as edited (here on the command line): a new release, one argument
     # less for it, one version kept (0.32.0 goes once 0.33.0 is healthy; 0.34.0 has not run: it stays).
-    edited = {"vllm_version": "0.33.0", "vllm_extra_args": ARGS_FOR_0_33, "vllm_versions_keep": 1}
+    # The canary group rollout_canaries (molecule.yml: the first two hosts), each gated on its own,
+    # in one batch; then the third host.
+    edited = {"vllm_version": "0.33.0", "vllm_extra_args": ARGS_FOR_0_33, "vllm_versions_keep": 1,
+              "vllm_ops_rollout_canary": "rollout_canaries"}
     # A check run first: every host's checks, what a real run would do, nothing changed.
     pids = {name: box.main_pid() for name, box in hosts.items()}
     check_dir = tmp_path / "check"
@@ -165,10 +169,11 @@ def test_a_good_change_reaches_every_host_with_the_canarys_figures_and_downtime(
     assert check.rc == 0, check.output[-4000:]
     plans = [r["msg"] for one in check.data["plays"] for t in one["tasks"] if t["task"]["name"].endswith(
         "Say what a real run would do") for r in t["hosts"].values()]
-    assert plans[0].startswith("Check mode: the preflight passed; a real run would benchmark the service of "
-                               f"{FIRST} as it runs, apply the change (")
-    assert len(plans) == 3 and all(plan.startswith("Check mode: the preflight passed; a real run would apply the "
-                                                   "change (") for plan in plans[1:])
+    assert len(plans) == 3
+    for name, plan in zip((FIRST, SECOND), plans, strict=False):  # both canaries (one batch, one result each)
+        assert plan.startswith("Check mode: the preflight passed; a real run would benchmark the service of "
+                               f"{name} as it runs, apply the change ("), plan
+    assert plans[2].startswith("Check mode: the preflight passed; a real run would apply the change (")
     assert {name: box.main_pid() for name, box in hosts.items()} == pids and not check_dir.exists()
     play = run_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path), **edited}))
     assert play.rc == 0, play.output[-4000:]
@@ -183,19 +188,22 @@ def test_a_good_change_reaches_every_host_with_the_canarys_figures_and_downtime(
         job = json.loads((Path(entries[name]["job_dir"]) / "job.json").read_text())
         assert entries[name]["downtime_s"] == job["downtime"]["seconds_not_ready"] > 0, name
         assert not box.host.file("/opt/vllm/0.32.0").exists and box.host.file("/opt/vllm/0.34.0/bin/vllm").exists
-    assert [entries[name]["stage"] for name in (FIRST, SECOND, THIRD)] == ["canary", "fleet", "fleet"]
-    gate = report["canary"]["gate"]
-    assert gate["passed"] is True
-    job_dir = Path(entries[FIRST]["job_dir"])
-    for point in gate["points"]:
-        for key, metric in (("tpot", "median_tpot_ms"), ("throughput", "output_throughput")):
-            change, noise = recomputed(job_dir, metric, point["concurrency"])
-            assert point[key]["change_pct"] == pytest.approx(change, abs=5e-4), (key, point["concurrency"])
-            assert point[key]["noise_pct"] == pytest.approx(noise, abs=5e-4), (key, point["concurrency"])
+    assert [entries[name]["stage"] for name in (FIRST, SECOND, THIRD)] == ["canary", "canary", "fleet"]
+    assert [c["host"] for c in report["canaries"]] == [FIRST, SECOND]
+    for canary in report["canaries"]:
+        gate = canary["gate"]
+        assert gate["passed"] is True and gate["host"] == canary["host"]
+        job_dir = Path(entries[canary["host"]]["job_dir"])
+        for point in gate["points"]:
+            for key, metric in (("tpot", "median_tpot_ms"), ("throughput", "output_throughput")):
+                change, noise = recomputed(job_dir, metric, point["concurrency"])
+                assert point[key]["change_pct"] == pytest.approx(change, abs=5e-4), (key, point["concurrency"])
+                assert point[key]["noise_pct"] == pytest.approx(noise, abs=5e-4), (key, point["concurrency"])
+        assert gate["line"] in report["headline"]
     headline = last_result(play, "Print the rollout's headline")["msg"]
     assert headline.startswith(f"{report['headline']} ({directory}/report.md)")
     assert report["headline"].startswith(f"rollout {directory.name}: 3/3 hosts on the change "
-                                         "(vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm)); canary vllm-mol-rollout-a: ")
+                                         f"(vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm)); canary {FIRST}: ")
     again = run_playbook("playbooks/restore.yml")
     assert again.rc == 0 and again.changed == 0, again.changed_tasks
 
