@@ -2,9 +2,9 @@
 without --reasoning-parser; 0.34.0 three times slower per token): a bad change never reaches the
 other hosts and leaves the first healthy on its old configuration; a good one reaches all three
 through a canary group of two, each canary's figures recomputed here from its benchmark files;
-restore.yml after a rollout killed mid-way; in a batch of two, a change that does not load on one
-host rolls back that host alone.
-In file order; the last test leaves every host on 0.33.0."""
+restore.yml after a rollout killed mid-way; in a batch of two, of rollout.yml and of deploy.yml, a
+change that does not load on one host rolls back that host alone.
+In file order; the last tests leave every host on 0.33.0."""
 
 from __future__ import annotations
 
@@ -253,3 +253,28 @@ def test_in_a_batch_of_two_only_the_host_whose_change_does_not_load_is_rolled_ba
                f"not load), vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm), healthy; {THIRD} runs the change (")
     assert message in output, output[-4000:]
     assert f"The change did not load on {THIRD}" not in output and f"failed on {THIRD}" not in output
+
+
+def test_deploy_in_a_batch_of_two_rolls_back_only_the_host_whose_change_does_not_load(hosts, tmp_path):
+    """deploy.yml with vllm_ops_serial=2, from where the test above leaves the hosts: the first batch
+    (a, b) changes at once, b's load dies, b alone goes back to its last-known-good; a keeps the change
+    from its one load; c, of the next batch, is never touched; one message says so."""
+    first, second, third = hosts[FIRST], hosts[SECOND], hosts[THIRD]
+    switch = f"{FAULT_DIR}/engine-dies-during-load"
+    second.host.check_output(f"echo once > {switch} && chown vllm {switch}")
+    untouched = (third.main_pid(), third.sha(UNIT_FILE))
+    second_argv = second.argv()
+    # The inventory's settings as the tests above left them, with a shorter context: a change on each host.
+    change = {"vllm_version": "0.33.0", "vllm_extra_args": ARGS_FOR_0_33, "vllm_versions_keep": 1,
+              "vllm_max_model_len": 8192, "vllm_ops_serial": 2}
+    play = run_playbook("playbooks/deploy.yml", "-e", json.dumps(change))
+    assert play.rc != 0, play.output[-4000:]
+    assert "--max-model-len 8192" in " ".join(first.argv())
+    assert second.argv() == second_argv, "the second host runs its last-known-good again, as before"
+    assert not second.host.file(switch).exists, "the switch fired: the second host's load of the change died"
+    assert_untouched(third, *untouched)
+    said = play.result("Stop the play where a host of this batch failed")["msg"]
+    assert said.startswith(f"The deploy stops here: it failed on {SECOND} (its error is above), and no later batch "
+                           f"starts. What each host of this batch runs now: {FIRST} ")
+    assert f"{SECOND} runs its last-known-good again (" in said and said.endswith(f" Not reached: {THIRD}.")
+    assert f"The change did not load on {FIRST}" not in play.output and f"failed on {FIRST}" not in play.output
