@@ -259,6 +259,7 @@ def test_a_communication_bound_host_is_tuned_at_two_loads_to_the_planted_best(ho
     # both rounds in the record, their drift judged and said.
     assert {r["round"] for r in exp["runs"] if r["variant"] == "baseline"} == {1, 2}
     assert report["drift"]["measured"] is True and report["drift"]["words"]
+    assert not host.file(f"/var/lib/vllm-ops/tunes/{d.name}").exists, "the results left on the host"
     headline = play.result("Print the headline")["msg"]
     assert headline.startswith(f"{host.backend.hostname}: {report['result']}; "
                                + (f"{report['drift']['drifted']}; " if report["drift"]["drifted"] else "")
