@@ -278,3 +278,36 @@ def test_deploy_in_a_batch_of_two_rolls_back_only_the_host_whose_change_does_not
                            f"starts. What each host of this batch runs now: {FIRST} ")
     assert f"{SECOND} runs its last-known-good again (" in said and said.endswith(f" Not reached: {THIRD}.")
     assert f"The change did not load on {FIRST}" not in play.output and f"failed on {FIRST}" not in play.output
+
+
+def test_restore_in_a_batch_of_two_stops_after_the_host_whose_last_known_good_does_not_load(hosts):
+    """restore.yml with vllm_ops_serial=2, both hosts of the first batch stopped: a's last-known-good
+    comes back healthy; b's does not load (the fault fires at every load), so b is down and the message
+    says why and the one command that brings it back; c, of the next batch, is never touched."""
+    first, second, third = hosts[FIRST], hosts[SECOND], hosts[THIRD]
+    untouched = (third.main_pid(), third.sha(UNIT_FILE))
+    for box in (first, second):
+        box.host.check_output(f"systemctl stop {UNIT}")
+    switch = f"{FAULT_DIR}/engine-dies-during-load"
+    second.host.check_output(f"touch {switch} && chown vllm {switch}")
+    try:
+        play = run_playbook("playbooks/restore.yml", "-e", '{"vllm_ops_serial": 2}')
+        assert play.rc != 0, play.output[-4000:]
+        assert first.host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0
+        assert "--max-model-len 8192" in " ".join(first.argv())  # its last-known-good: the deploy test's change
+        assert second.host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc != 0
+        assert_untouched(third, *untouched)
+        said = play.result("Stop the play where a host of this batch failed")["msg"]
+        assert said.startswith(f"The restore stops here: it failed on {SECOND} (its error is above), and no later "
+                               f"batch starts. What each host of this batch runs now: {FIRST} runs its "
+                               "last-known-good (")
+        assert f"; {SECOND} runs nothing healthy: its last-known-good (" in said and " did not load." in said
+        assert said.endswith(f" Not reached: {THIRD}.")
+        assert (f"The last-known-good of {SECOND} (" in play.output
+                and "Once that is fixed, ansible-playbook playbooks/restore.yml brings the last-known-good back"
+                in play.output), play.output[-4000:]
+    finally:
+        second.host.run(f"rm -f {switch}")
+    # Fixed (the switch gone): the command the message gave brings b back.
+    back = run_playbook("playbooks/restore.yml", "--limit", SECOND)
+    assert back.rc == 0, back.output[-3000:]
