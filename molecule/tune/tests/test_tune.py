@@ -162,6 +162,12 @@ def test_a_host_bound_tune_plans_host_side_changes_and_an_interrupted_one_is_res
                                                      else ""), "the host-side variant to be applied", timeout_s=300)
     finally:
         first.kill()
+    # Restored first, so that a failed assertion on the plan below leaves the next tests a normal host.
+    play = run_playbook("playbooks/restore.yml")
+    assert play.rc == 0, play.output[-4000:]
+    assert_normal_service(host)
+    again = run_playbook("playbooks/restore.yml")
+    assert again.rc == 0 and again.changed == 0, again.changed_tasks
     d = only_dir(artifacts, host)
     plan = json.loads((d / "plan.json").read_text())
     assert plan["origin"]["verdict"].startswith("host-bound on rank 1")
@@ -172,11 +178,6 @@ def test_a_host_bound_tune_plans_host_side_changes_and_an_interrupted_one_is_res
     assert plan["manual"] and plan["manual"][0].startswith("then find what slows rank 1's host")
     assert "15.2 ms a step at best" in plan["manual"][0]
     assert not (d / "allreduce").exists()  # no NCCL sweep, no pre-screen
-    play = run_playbook("playbooks/restore.yml")
-    assert play.rc == 0, play.output[-4000:]
-    assert_normal_service(host)
-    again = run_playbook("playbooks/restore.yml")
-    assert again.rc == 0 and again.changed == 0, again.changed_tasks
 
 
 # The communication-bound host last: the module's fixture keeps its knob file until the module ends.
