@@ -31,7 +31,9 @@ def test_a_tune_of_one_argument_variant_runs_end_to_end_with_vllms_own_bench(hos
     record = json.loads((directory / "tune.json").read_text())
     assert [(x["what"], x["name"], x["status"]) for x in record["loads"]] == [("variant", "max-num-seqs=1", "ok")]
     experiment = json.loads((directory / "experiment" / "experiment.json").read_text())
-    assert sorted(r["variant"] for r in experiment["runs"]) == ["baseline", "max-num-seqs=1"]
+    # the baseline before the stop, the variant, and the baseline again after the restore (its drift)
+    assert sorted((r["variant"], r["round"]) for r in experiment["runs"]) == [
+        ("baseline", 1), ("baseline", 2), ("max-num-seqs=1", 1)]
     for entry in experiment["runs"]:
         result = json.loads((directory / "experiment" / entry["file"]).read_text())
         assert result["completed"] == 8 and result["failed"] == 0 and result["total_output_tokens"] == 8 * 16
@@ -40,6 +42,7 @@ def test_a_tune_of_one_argument_variant_runs_end_to_end_with_vllms_own_bench(hos
     assert cmd[cmd.index("--temperature") + 1] == "0"
     report = json.loads((directory / "report.json").read_text())
     assert report["costs"]["model_loads"] == 2 and report["profile_path"] == "none"
+    assert report["drift"]["measured"] is True
     assert run.result("Print the headline")["msg"].startswith("vllm-mol-cpu: ")
     assert "--max-num-seqs" not in host.file(f"/proc/{main_pid(host)}/cmdline").content_string
     assert main_pid(host) != before
