@@ -206,9 +206,10 @@ def headline(report: Mapping) -> str:
         versions = sorted({_runs(e["after"]) for e in changed})
         parts.append(f"rollout {report['id']}: {len(changed)}/{len(entries)} hosts on the change "
                      f"({'; '.join(versions)})")
-    # The gate of the canary that stopped the rollout, else every canary's (a canary group has several).
-    stop = next((e for e in entries if e["host"] == report["stopped_at"]), None)
-    shown = [report["canary"]] if stop and stop["stage"] == "canary" else report["canaries"]
+    # The gate of the canary that stopped the rollout (build_report's canary then), else every
+    # canary's (a canary group has several).
+    at_canary = report["stopped"] and report["canary"]["host"] == report["stopped_at"]
+    shown = [report["canary"]] if at_canary else report["canaries"]
     for c in shown:
         if c.get("gate"):
             parts.append(c["gate"]["line"])

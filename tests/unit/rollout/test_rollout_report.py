@@ -140,13 +140,9 @@ def test_a_canary_that_passed_has_no_drift_to_say(rollout_dir, tmp_path):
     d = rollout_dir(dict(host_record("a", "canary", "kept"), job_dir=job), gate=gate_doc())
     assert build_report(load_rollout(d), ["a"])["canary"]["drift"] is None
     # regressed, but the old service was not measured again: the report says the regression stands unchecked
-    d2 = tmp_path / "second"
-    d2.mkdir()
-    job2 = write_canary(d2 / "job", {1: same(20.0, 100.0)}, {1: same(60.0, 100.0)})
+    job2 = write_canary(tmp_path / "job2", {1: same(20.0, 100.0)}, {1: same(60.0, 100.0)})
     rec = dict(host_record("a", "canary", "regressed", after="0.32.0", error="the gate"), job_dir=job2)
-    (d2 / "hosts").mkdir()
-    (d2 / "hosts" / "a.json").write_text(json.dumps(rec))
-    drift = build_report(load_rollout(d2), ["a"])["canary"]["drift"]
+    drift = build_report(load_rollout(rollout_dir(rec, root="second")), ["a"])["canary"]["drift"]
     assert drift["measured"] is False and "cannot be told from the host's drift" in drift["words"]
 
 
@@ -166,16 +162,9 @@ def test_a_canary_group_reports_every_canary_s_gate_and_the_one_that_stopped_it(
 
     regressed_b = {**gate_doc(False, ["TPOT rose 40.0% at concurrency 1 (noise ±1.0%)"]), "host": "b",
                    "line": "canary b: TPOT +40.0% ...: regressed"}
-    other = tmp_path / "second"  # a second rollout's records (the fixture makes one directory per test)
-    d2 = other / "rollout" / "20261201T100000Z"
-    (d2 / "hosts").mkdir(parents=True)
-    for r, g in ((host_record("a", "canary", "kept"), good["a"]),
-                 (host_record("b", "canary", "regressed", after="0.32.0", error="the gate"), regressed_b),
-                 (host_record("c", "fleet", "kept"), None)):
-        if g is not None:
-            (other / f"gate-{r['host']}.json").write_text(json.dumps(g))
-            r["gate"] = str(other / f"gate-{r['host']}.json")
-        (d2 / "hosts" / f"{r['host']}.json").write_text(json.dumps(r))
+    d2 = rollout_dir(host_record("a", "canary", "kept"),
+                     host_record("b", "canary", "regressed", after="0.32.0", error="the gate"),
+                     host_record("c", "fleet", "kept"), gates={"a": good["a"], "b": regressed_b}, root="second")
     stopped = build_report(load_rollout(d2), ["a", "b", "c"])
     assert stopped["canary"]["host"] == "b" and stopped["stopped_at"] == "b"
     assert "canary b: TPOT +40.0% ...: regressed" in stopped["headline"] and GATE_LINE not in stopped["headline"]

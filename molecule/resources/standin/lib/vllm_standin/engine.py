@@ -72,15 +72,16 @@ class Engine:
         self.start_workers()
         self.gather("up")
         t0 = time.monotonic()
-        let_by = []  # this load went by a switch's "after N" (counted once a load)
+        let_by = False  # this load went by a switch's "after N" (counted once a load)
 
         def maybe_die_loading():
+            nonlocal let_by
             # Part-way through the shard progress, as a real load failure would.
             if let_by or time.monotonic() - t0 < 0.4 * cfg["load_s"] * 0.85 \
                     or fault("engine-dies-during-load") is None:
                 return
             if count_down("engine-dies-during-load"):
-                let_by.append(True)
+                let_by = True
                 return
             consume_if_once("engine-dies-during-load")
             self.die("gpu_model_runner.py:2890",
