@@ -6,6 +6,10 @@ A Molecule scenario alone leaves the CPUs idle while it waits (the stand-in's lo
 the health waits); on this project's 2-CPU machines two lanes keep both busy the whole run (sampled:
 99-100%), so they finish well under the time of one, and more would not. Commands are given to lanes longest
 first (WEIGHT: its measured seconds, docs/testing.md), each next one to the lane that frees first.
+The suites named by ``--busy`` keep a CPU busy the whole time they run (pytest in one process, the
+real vLLM's CPU loads): two of them side by side took twice as long each, measured, so a lane that
+frees takes the longest suite that will not put two busy ones together, and a busy one beside another
+only when nothing else is left.
 Every command's output goes to DIR/NAME.log; a line is printed when one starts, when one ends
 (``cost: NAME N s``), and every minute while any runs. A failed command does not stop the others, so
 that one run shows every failure (``--fail-fast``: after a failure no new command starts); the failed
@@ -53,6 +57,7 @@ class Job:
     rc: int | None = None
     started: float | None = None
     seconds: float | None = None
+    busy: bool = False
 
 
 def parse_job(text: str) -> Job:
@@ -69,13 +74,26 @@ def order(jobs: list[Job]) -> list[Job]:
     return sorted(jobs, key=lambda j: -j.weight)
 
 
+def pick(queue: list[Job], running: list[Job]) -> int:
+    """The index in ``queue`` (longest first) of the job a freed lane takes: the first that is not busy
+    beside a busy one running, or the first of all when every one left would be."""
+    beside_busy = any(j.busy for j in running)
+    return next((i for i, j in enumerate(queue) if not (j.busy and beside_busy)), 0)
+
+
 def plan(jobs: list[Job], lanes: int) -> list[list[str]]:
-    """The lanes the jobs would run in, each next job on the lane whose weights sum least (what
-    :func:`run` does with measured time in place of weights): for the printed plan and its test."""
-    totals, out = [0.0] * lanes, [[] for _ in range(lanes)]
-    for job in order(jobs):
-        i = totals.index(min(totals))
-        totals[i] += job.weight
+    """The lanes the jobs would run in, by their weights as if each took exactly its weight: each next
+    job to the lane that frees first, chosen by :func:`pick` (what :func:`run` does with measured
+    time): for the printed plan and its test."""
+    queue, out = order(jobs), [[] for _ in range(lanes)]
+    free_at: list[float] = [0.0] * lanes
+    current: list[Job | None] = [None] * lanes
+    while queue:
+        i = free_at.index(min(free_at))
+        now = free_at[i]
+        running = [j for k, j in enumerate(current) if j is not None and k != i and free_at[k] > now]
+        job = queue.pop(pick(queue, running))
+        current[i], free_at[i] = job, now + job.weight
         out[i].append(job.name)
     return out
 
@@ -149,9 +167,9 @@ def run(jobs: list[Job], lanes: int, logs: Path, fail_fast: bool = False) -> int
             with lock:
                 if not queue or failed.is_set():
                     return
-                job = queue.pop(0)
+                job = queue.pop(pick(queue, [j for j in jobs if j.started is not None and j.seconds is None]))
+                job.started = time.monotonic()
             job.log = logs / f"{job.name}.log"
-            job.started = time.monotonic()
             say(f"{job.name} started in lane {index + 1} (log {job.log})")
             with job.log.open("w") as out:
                 job.rc = subprocess.run(job.command, shell=True, stdout=out, stderr=subprocess.STDOUT,
@@ -196,9 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", type=Path, required=True, help="directory of the commands' logs")
     parser.add_argument("--fail-fast", action="store_true",
                         help="start no new command after one fails (the running ones finish)")
+    parser.add_argument("--busy", default="", metavar="NAME[,NAME...]",
+                        help="commands that keep a CPU busy throughout: never two at once while another is left")
     parser.add_argument("jobs", nargs="+", metavar="NAME=WEIGHT=COMMAND")
     args = parser.parse_args(argv)
     jobs = [parse_job(j) for j in args.jobs]
+    busy = {name for name in args.busy.split(",") if name}
+    for job in jobs:
+        job.busy = job.name in busy
     lanes = max(1, min(args.lanes, len(jobs)))
     print("lanes: " + "; ".join(f"lane {i + 1}: {', '.join(names)}" for i, names in enumerate(plan(jobs, lanes)))
           + " (by the weights given; a lane takes the next when it frees)", flush=True)

@@ -18,6 +18,29 @@ def test_the_longest_go_first_each_next_to_the_lightest_lane():
     assert plan(jobs, 1) == [["b", "c", "d", "e", "a"]]
 
 
+def test_a_busy_suite_is_not_started_beside_another_busy_one_while_a_waiting_one_is_left():
+    jobs = [parse_job(t) for t in ("big=1000=true", "m1=600=true", "m2=500=true", "u=300=true", "c=200=true",
+                                    "s=50=true")]
+    for job in jobs:
+        job.busy = job.name in ("big", "u", "c")
+    # By hand: big to lane 1 (till 1000); m1 to lane 2 beside it (till 600), then m2 (till 1100); at 1000
+    # lane 1 takes u (m2 waits, busy beside it is fine); at 1100 lane 2 takes s, not c, beside u; at
+    # 1150 only c is left, so it runs beside u.
+    assert plan(jobs, 2) == [["big", "u"], ["m1", "m2", "s", "c"]]
+    # Without busy suites, the longest next: s last, on lane 1 (both lanes free at 1300).
+    for job in jobs:
+        job.busy = False
+    assert plan(jobs, 2) == [["big", "u", "s"], ["m1", "m2", "c"]]
+
+
+def test_the_lanes_start_a_waiting_suite_beside_a_busy_one(tmp_path, capsys):
+    jobs = ["b1=3=sleep 0.3", "b2=2=true", "w=1=sleep 0.3"]
+    assert main(["--lanes", "2", "--busy", "b1,b2", "--logs", str(tmp_path), *jobs]) == 0
+    started = [line.split()[1] for line in capsys.readouterr().out.splitlines() if " started in lane " in line]
+    # b1 first (the longest), then w (b2 would be a second busy one), and b2 only when a lane frees.
+    assert started == ["b1", "w", "b2"]
+
+
 def test_every_job_logs_to_its_file_and_its_cost_is_printed(tmp_path, capsys):
     assert main(["--lanes", "2", "--logs", str(tmp_path), "one=2=echo first", "two=1=echo second >&2"]) == 0
     out = capsys.readouterr().out
