@@ -22,6 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NAME = os.environ.get("VLLM_OPS_IT_SANDBOX", "vllm-it")
 PORT = int(os.environ.get("VLLM_OPS_IT_PORT", "2241"))
+# The stand-in's load here, instead of the sandbox's 8 s: no test of this suite depends on its length.
+LOAD_S = 3
 UNIT = "vllm-kimi-k25-int4"
 RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)"
                    r"\s+unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)", re.M)
@@ -88,6 +90,7 @@ def sandbox(tmp_path_factory):
                             "ansible_ssh_private_key_file": str(ROOT / ".sandbox/id_ed25519"),
                             "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
                             "ansible_host_key_checking": False,
+                            "sandbox_standin_load_s": LOAD_S,
                         }
                     }
                 }

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import UNIT
+from conftest import LOAD_S, UNIT
 
 UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
 ENV_FILE = f"/etc/vllm/{UNIT}.env"
@@ -126,7 +126,7 @@ def test_crash_during_load_fails_fast_with_the_journal(restored):
         "playbooks/deploy.yml",
         extra={
             "vllm_environment": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": 16,
-                                 "VLLM_STANDIN_LOAD_S": 8, "CRASH_TEST": 1},
+                                 "VLLM_STANDIN_LOAD_S": LOAD_S, "CRASH_TEST": 1},
             "vllm_health_timeout_s": 900,
         },
     )
@@ -178,7 +178,7 @@ def test_a_change_whose_last_known_good_does_not_load_either_says_the_host_is_do
     box = sandbox
     lkg_env = box.sh(f"cat {ENV_FILE}")
     change = {"vllm_environment": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128", "NCCL_MAX_NCHANNELS": 16,
-                                   "VLLM_STANDIN_LOAD_S": 8}}
+                                   "VLLM_STANDIN_LOAD_S": LOAD_S}}
     box.sh(f"touch {FAULT_DIR}/engine-dies-during-load")  # every load dies now, the last-known-good's too
     try:
         run = box.playbook("playbooks/deploy.yml", extra=change)
@@ -229,7 +229,7 @@ def test_check_mode_shows_the_change_and_makes_none(sandbox):
     run = sandbox.playbook(
         "playbooks/deploy.yml", "--check", "--diff",
         extra={"vllm_environment": {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_MAX_NCHANNELS": 16,
-                                    "VLLM_STANDIN_LOAD_S": 8}},
+                                    "VLLM_STANDIN_LOAD_S": LOAD_S}},
     )
     assert run.rc == 0
     assert '+NCCL_PROTO="Simple"' in run.output

@@ -25,6 +25,8 @@ KNOBS = "/etc/vllm-standin.env"
 DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
 FACTORS = {("NCCL_PROTO", "LL128"): 0.5, ("NCCL_PROTO", "Simple"): 0.9, ("NCCL_MAX_NCHANNELS", "8"): 1.3}
 UNIT_ENV = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"}
+# The stand-in's load on this scenario's host (its host_vars), in the unit's environment beside UNIT_ENV.
+LOAD_S = yaml.safe_load((ROOT / "molecule/tune/host_vars/vllm-mol-tune.yml").read_text())["sandbox_standin_load_s"]
 NCCL = "nccl:NCCL_PROTO={},NCCL_MAX_NCHANNELS={}"
 SWEEP = [NCCL.format(p, n) for p in ("LL", "LL128", "Simple") for n in (8, 16)]
 
@@ -253,7 +255,7 @@ def test_a_communication_bound_host_is_tuned_at_two_loads_to_the_planted_best(ho
     # The host_vars file: the unit's settings with the winner's changes laid over them.
     host_vars = yaml.safe_load((d / "host_vars.yml").read_text())
     assert {k: str(v) for k, v in host_vars["vllm_environment"].items()} == {
-        **UNIT_ENV, "VLLM_STANDIN_LOAD_S": "8", "NCCL_PROTO": "LL128", "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}
+        **UNIT_ENV, "VLLM_STANDIN_LOAD_S": str(LOAD_S), "NCCL_PROTO": "LL128", "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}
     assert host_vars["vllm_extra_args"][0] == "--trust-remote-code"
 
     # Costs: the profile, two variants and the normal service back, each a gap in /health.
