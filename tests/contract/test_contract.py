@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 
 from vllm_ops import loads
@@ -116,6 +117,45 @@ def sse_events(response):
               if line.startswith("data: ")]
     assert events and events[-1] == "[DONE]", events
     return [json.loads(event) for event in events[:-1]]
+
+
+def metric(srv, name):
+    """A family's value in /metrics, summed over its label sets."""
+    text = srv.get("/metrics").text
+    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def assert_a_stopped_engine_holds_requests_while_health_answers(srv, engine, n=16):
+    steps = "vllm:iteration_tokens_total_count"
+    before = metric(srv, steps)
+    codes = []
+
+    def one():
+        codes.append(completion(srv, max_tokens=MAX_MODEL_LEN - 32).status_code)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    def in_flight():
+        return metric(srv, "vllm:num_requests_running") + metric(srv, "vllm:num_requests_waiting")
+
+    wait_for(lambda: in_flight() > 0 and metric(srv, steps) > before + 5,
+             timeout=WAIT_S, interval=0, what=f"{srv.name}'s requests stepping")
+    os.kill(engine, signal.SIGSTOP)
+    try:
+        time.sleep(1.0)  # what was in flight when it stopped
+        frozen, held = metric(srv, steps), in_flight()
+        assert held > 0, f"every request finished before the engine stopped: give them more tokens{srv.tail()}"
+        time.sleep(2.0)
+        assert srv.get("/health").status_code == 200
+        assert (metric(srv, steps), in_flight()) == (frozen, held)
+        assert len(codes) == n - held
+    finally:
+        os.kill(engine, signal.SIGCONT)
+    for t in threads:
+        t.join(timeout=WAIT_S)
+    assert codes == [200] * n
+    assert in_flight() == 0 and metric(srv, steps) > frozen
 
 
 # ---------------------------------------------------------------- without the profiler
@@ -227,6 +267,11 @@ def test_loads_serves_and_exits_0_when_its_engine_is_killed(server):
     assert [comm(pid) for pid in workers] == ["VLLM::Worker"]
     assert cmdline(workers[0]) == "VLLM::Worker"
     tree = [srv.proc.pid, *srv.tree_pids()]
+
+    # SIGSTOP the engine with requests in flight (a hung engine, as the watch must find it): /health
+    # still 200, /metrics answers with the requests running and the step counter frozen; SIGCONT,
+    # and every request finishes
+    assert_a_stopped_engine_holds_requests_while_health_answers(srv, engine)
 
     # SIGKILL the engine: 503 (never 200 again), then the server exits 0 on its own
     assert srv.get("/health").status_code == 200

@@ -26,6 +26,9 @@ from vllm_standin.logs import fail_with_traceback, log, uvicorn_log
 from vllm_standin.metrics import Metrics
 from vllm_standin.processes import ENTRY, spawn_titled
 
+# An engine that has not said it stepped for this long is not stepping (it says so every 0.05 s).
+STEP_STALE_S = 0.5
+
 
 class EngineLink:
     """The API server's side of the EngineCore process."""
@@ -39,7 +42,14 @@ class EngineLink:
         self.lock = threading.Lock()
         self.next_id = 0
         self.replies = {}
+        self.stepped_at = time.monotonic()
         threading.Thread(target=self._read, daemon=True).start()
+
+    def wait_step(self):
+        """Return once the engine is stepping (it said so within STEP_STALE_S): a request's next
+        token needs an engine step, so a stopped or hung engine holds every request where it is."""
+        while time.monotonic() - self.stepped_at > STEP_STALE_S and not self.dead.is_set():
+            time.sleep(0.02)
 
     def _read(self):
         while True:
@@ -47,7 +57,9 @@ class EngineLink:
                 msg = self.chan.recv()
             except (EOFError, OSError, ValueError):
                 break
-            if msg.get("ev") == "ready":
+            if msg.get("ev") == "step":
+                self.stepped_at = time.monotonic()
+            elif msg.get("ev") == "ready":
                 self.ready.set()
             elif "id" in msg:
                 with self.lock:

@@ -2,7 +2,11 @@
 
 It starts one worker per rank, waits for their load (dying part-way when
 ``engine-dies-during-load`` is set), loads a draft model when speculating with one, tells the
-API server it is ready, then forwards the profiler commands to the workers. It exits 1 when a
+API server it is ready, then steps: it tells the API server every :data:`STEP_S` that it stepped
+(the API server's requests advance only while it does, so a stopped or hung engine stops them,
+as vLLM's does) and forwards the profiler commands to the workers. ``engine-hangs`` makes it stop
+stepping for good, alive, in a wait for its workers' broadcast (``collective_rpc`` ->
+``acquire_read``, where a real hung step waits); ``once`` fires one start. It exits 1 when a
 worker dies or ``engine-dies`` is set; on SIGTERM it stops its workers as vLLM's executor does
 (SIGTERM, wait, SIGKILL) and exits 0. It ignores the loss of its API server."""
 
@@ -17,6 +21,9 @@ from vllm_standin.config import SPEC_DRAFT_DIR_METHODS
 from vllm_standin.knobs import consume_if_once, count_down, env_float, fault
 from vllm_standin.logs import fail_with_traceback, log, set_label
 from vllm_standin.processes import set_comm, spawn_titled, worker_name
+
+# How often the engine tells the API server it stepped (the API server's requests wait for it).
+STEP_S = 0.05
 
 
 class EngineShutdown(Exception):
@@ -128,7 +135,12 @@ class Engine:
             socks = [chan.sock for _, chan in self.workers]
             if api_alive:
                 socks.append(self.api.sock)
-            ready, _, _ = select.select(socks, [], [], 0.5)
+            ready, _, _ = select.select(socks, [], [], STEP_S)
+            if fault("engine-hangs") is not None:
+                consume_if_once("engine-hangs")
+                self.execute_model()
+            if api_alive:
+                self.api.send({"ev": "step"})
             if fault("engine-dies") is not None:
                 self.die("core.py:801", "CUDA error: unspecified launch failure "
                          "(stand-in fault engine-dies)", during_load=False)
@@ -156,6 +168,23 @@ class Engine:
                     continue
                 if msg:
                     self.forward(msg)
+
+    def execute_model(self):
+        """engine-hangs: the step's broadcast to the workers is never answered (a hung collective on
+        one rank); only SIGTERM (EngineShutdown) or SIGKILL ends it."""
+        self.collective_rpc("execute_model")
+
+    def collective_rpc(self, method):
+        log("WARNING", "shm_broadcast.py:466", "No available shared memory broadcast block found in "
+            "60 seconds. This typically happens when some processes are hanging or doing some "
+            f"time-consuming work (e.g. compilation, weight/kv cache quantization). ({method}; "
+            "stand-in fault engine-hangs)")
+        self.acquire_read()
+
+    @staticmethod
+    def acquire_read():
+        while True:
+            time.sleep(0.5)
 
     def forward(self, msg, reply=True):
         for _, chan in self.workers:

@@ -81,16 +81,26 @@ class Generation:
             try:
                 time.sleep(self.ttft)
                 if self.n > 0:
+                    self.step(metrics, 1)
                     yield [self.word()]
                 left = self.n - 1
                 while left > 0:
                     time.sleep(self.step_s)
                     size = min(left, 1 + self.accepted)
                     left -= size
+                    self.step(metrics, size)
                     yield [self.word() for _ in range(size)]
             finally:
                 with metrics.lock:
                     metrics.running -= 1
+
+    def step(self, metrics, tokens):
+        """One engine step for this request (waiting while the engine does not step), counted in
+        vllm:iteration_tokens_total as vLLM counts its steps."""
+        engine = self.app.get("engine")
+        if engine is not None:
+            engine.wait_step()
+        metrics.stepped(tokens * len(self.prompts))
 
     def word(self):
         return " " + self.rng.choice(FAKE_WORDS)

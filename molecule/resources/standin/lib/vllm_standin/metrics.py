@@ -8,6 +8,8 @@ TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75
                 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
 TOKEN_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
                  2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0]
+# vLLM's buckets of vllm:iteration_tokens_total (tokens scheduled in one engine step).
+ITERATION_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
 
@@ -61,6 +63,14 @@ class Metrics:
             Histogram("vllm:e2e_request_latency_seconds",
                       "Histogram of e2e request latency in seconds.", E2E_BUCKETS),
         ]
+        # Observed at each step of each request (vLLM: once a step of the whole batch), so its count
+        # advances exactly while requests do: what a watch reads as the engine's progress.
+        self.iteration = Histogram("vllm:iteration_tokens_total",
+                                   "Histogram of number of tokens per engine_step.", ITERATION_BUCKETS)
+
+    def stepped(self, tokens):
+        with self.lock:
+            self.iteration.observe(tokens)
 
     def finished(self, prompt_tokens, out_tokens, ttft, tpot, e2e, steps=None, step_s=None):
         """One finished request; ``steps`` decode steps of ``step_s`` each (default: one per
@@ -122,7 +132,7 @@ class Metrics:
                 out += [f"{name}_total{lb(**extra)} {float(value)}" for extra, value in series]
                 out += [f"# HELP {name}_created {doc}", f"# TYPE {name}_created gauge"]
                 out += [f"{name}_created{lb(**extra)} {self.created}" for extra, _ in series]
-            for hist in self.hists:
+            for hist in (*self.hists, self.iteration):
                 out += hist.render(lb, self.created)
         return "\n".join(out) + "\n"
 

@@ -1,0 +1,84 @@
+"""The stand-in's engine as the watch sees vLLM's (../shared/notes/watch.md, checked on the real CPU
+build 0.32.0): an EngineCore stopped with SIGSTOP, or hung (``engine-hangs``), holds every request
+where it is while ``/health`` answers 200 and ``/metrics`` answers with the requests still running and
+the step counter frozen; SIGCONT lets them finish."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+
+import requests
+
+from standin_support import alive, wait_for
+
+STEPS = "vllm:iteration_tokens_total_count"
+
+
+def sample(server, name):
+    text = server.get("/metrics").text
+    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
+def start_requests(server, n, tokens):
+    """``n`` completions of ``tokens`` each in threads; their answers' status codes in the list returned."""
+    codes = []
+
+    def one():
+        try:
+            codes.append(server.post("/v1/completions", timeout=120, json={
+                "model": str(server.sandbox.model), "prompt": "hello", "max_tokens": tokens}).status_code)
+        except requests.ConnectionError:  # the server stopped under it
+            codes.append(None)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    return threads, codes
+
+
+def test_a_stopped_engine_freezes_progress_while_health_and_metrics_answer(server):
+    # 10 ms a step: 300 tokens take about 3 s unhindered
+    server.start(tp=2, env={"VLLM_STANDIN_TPOT_MS": "10"})
+    server.wait_ready()
+    engine, _ = server.tree()
+    threads, codes = start_requests(server, 3, 300)
+    wait_for(lambda: sample(server, STEPS) >= 30, what="the requests stepping")
+    os.kill(engine, signal.SIGSTOP)
+    try:
+        time.sleep(0.6)  # the steps in flight when it stopped
+        frozen = sample(server, STEPS)
+        time.sleep(1.5)
+        assert server.get("/health").status_code == 200
+        assert sample(server, STEPS) == frozen < 900  # 3 requests x 300 steps when done
+        assert sample(server, "vllm:num_requests_running") == 3
+        assert codes == [] and all(t.is_alive() for t in threads)
+    finally:
+        os.kill(engine, signal.SIGCONT)
+    for t in threads:
+        t.join(timeout=60)
+    assert codes == [200, 200, 200]
+    assert sample(server, STEPS) == 900 and sample(server, "vllm:num_requests_running") == 0
+
+
+def test_engine_hangs_stops_the_steps_for_good_with_the_engine_alive(server, sandbox):
+    server.start(tp=2, env={"VLLM_STANDIN_TPOT_MS": "10"})
+    server.wait_ready()
+    engine, workers = server.tree()
+    threads, codes = start_requests(server, 2, 400)
+    wait_for(lambda: sample(server, STEPS) >= 20, what="the requests stepping")
+    sandbox.set_fault("engine-hangs", "once")
+    server.wait_log(r"No available shared memory broadcast block found in 60 seconds")
+    time.sleep(0.6)
+    frozen = sample(server, STEPS)
+    time.sleep(1.5)
+    assert sample(server, STEPS) == frozen < 800
+    assert server.get("/health").status_code == 200 and sample(server, "vllm:num_requests_running") == 2
+    assert alive(engine) and all(alive(w) for w in workers) and codes == [] and all(t.is_alive() for t in threads)
+    assert not (sandbox.faults / "engine-hangs").exists(), "once: the switch removed when it fired"
+    server.proc.send_signal(signal.SIGTERM)  # the hung engine still stops on SIGTERM
+    assert server.wait_exit() == 0
+    wait_for(lambda: not alive(engine), what="the engine gone")
