@@ -1,0 +1,597 @@
+#!/usr/bin/env python3
+"""vllm-ops-watch: find a vLLM engine that stopped making progress, keep the evidence, restart it.
+
+vLLM's ``/health`` answers 200 while its engine lives, whether or not it steps: a hung engine stays
+"healthy" for hours and ``Restart=always`` never fires, since nothing exits. This watch, run by the
+``vllm`` role as ``vllm-ops-watch.service`` (its own user; ptrace and kill, nothing else), reads the
+server's ``/metrics`` every ``interval_s`` and applies one rule (:class:`Liveness`):
+
+**Stalled** = requests are running or waiting, and neither the engine's step counter
+(``vllm:iteration_tokens_total_count``) nor its generated tokens (``vllm:generation_tokens_total``)
+advanced for ``stall_s`` seconds, under one start of the unit (its InvocationID). Idle (nothing
+running or waiting) is never stalled; a load (``/metrics`` refused, or a new InvocationID) starts the
+count again; a slow but advancing engine is not stalled, however slow. ``stall_s`` is the configured
+one, else derived: :data:`STALL_FACTOR` times the longest gap seen between two advances while busy
+(polled: a slow step, a long prefill), never below ``stall_floor_s`` (120 s by default).
+
+When stalled, it first keeps the evidence (:func:`collect`): every process of the unit's cgroup, its
+threads' state, wait channel and kernel stack (where readable), ``py-spy dump`` of each (a failure is
+evidence too: py-spy cannot attach to a stopped process), ``/metrics``, the journal's tail,
+``nvidia-smi -q``, the server's NCCL settings (its environment files); then a one-line verdict (:func:`verdict`: which
+process, in what frame) in ``incident.json``, under ``incidents_dir/<UTC time>/``, the oldest removed
+past ``keep`` incidents or ``max_bytes``. Then, unless a job holds the host's lock (a live profile's
+flush stalls the engine for minutes: the watch records, never acts), it ends the stuck server: SIGKILL
+to its main process, and systemd restarts it (``Restart=always``); the watch waits for the new start
+to answer ``/health`` and records the load. At most ``max_restarts`` in ``restart_window_s``: past
+that it restarts nothing, says so in the journal and its status, and exits :data:`EXIT_GAVE_UP` (the
+unit does not restart it: ``systemctl status vllm-ops-watch`` shows why).
+
+Standard library only, Python 3.9: installed by the ``vllm`` role beside its config
+(``watch.json``); ``vllm_ops_watch.py --config FILE``. Its state is in its status line
+(``systemctl status``) and in ``incidents_dir/watch-state.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from datetime import datetime, timezone
+
+STEPS = "vllm:iteration_tokens_total_count"
+TOKENS = "vllm:generation_tokens_total"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+# The derived stall time: this many times the longest gap seen between two advances while busy.
+STALL_FACTOR = 10
+EXIT_GAVE_UP = 3
+# A frame that names a collective or the wait for one (vLLM's shared-memory broadcast, NCCL, custom
+# all-reduce, torch.distributed).
+COLLECTIVE = re.compile(r"all_reduce|allreduce|all_gather|reduce_scatter|broadcast|barrier|nccl|"
+                        r"collective_rpc|acquire_read|acquire_write|shm_broadcast|custom_ar", re.I)
+SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+DEFAULTS = {
+    "unit": "vllm.service", "url": "http://127.0.0.1:8000", "interval_s": 5.0, "stall_s": 0.0,
+    "stall_floor_s": 120.0, "max_restarts": 3, "restart_window_s": 3600.0,
+    "incidents_dir": "/var/lib/vllm-ops/incidents", "keep": 20, "max_bytes": 200 * 2**20,
+    "lock_file": "/run/vllm-ops/job.lock", "py_spy": "/usr/local/bin/py-spy",
+    "health_timeout_s": 2400.0, "request_timeout_s": 5.0, "journal_lines": 300, "environment_files": [],
+}
+
+
+# -- /metrics ----------------------------------------------------------------------------------------
+
+def parse_metrics(text):
+    """The samples of a Prometheus text exposition, each name's values summed over its label sets
+    (one engine: one set; several engines: their sum). Comments and malformed lines are skipped."""
+    out = {}
+    for line in text.splitlines():
+        match = SAMPLE.match(line)
+        if not match or line.startswith("#"):
+            continue
+        try:
+            value = float(match.group(3))
+        except ValueError:
+            continue
+        out[match.group(1)] = out.get(match.group(1), 0.0) + value
+    return out
+
+
+def reading(samples):
+    """What the rule needs from parsed ``/metrics``: ``{steps, tokens, busy}``; a counter the server
+    does not export is None."""
+    return {"steps": samples.get(STEPS), "tokens": samples.get(TOKENS),
+            "busy": samples.get(RUNNING, 0.0) + samples.get(WAITING, 0.0)}
+
+
+# -- the rule --------------------------------------------------------------------------------------
+
+class Liveness:
+    """The stall rule over successive readings. :meth:`observe` takes each poll's time, the unit's
+    InvocationID and the reading (None when ``/metrics`` did not answer) and returns the seconds the
+    engine has been stalled (0 when it is not)."""
+
+    def __init__(self, stall_s=0.0, floor_s=120.0):
+        self.configured, self.floor_s = float(stall_s), float(floor_s)
+        self.identity = None
+        self.last = None  # the previous reading
+        self.progress_at = None  # the last time the engine advanced, was idle, or (re)started
+        self.longest_gap_s = 0.0  # the longest span between two advances while busy, this start
+
+    @property
+    def stall_s(self):
+        """The configured stall time, else :data:`STALL_FACTOR` x the longest gap seen, floored."""
+        if self.configured > 0:
+            return self.configured
+        return max(self.floor_s, STALL_FACTOR * self.longest_gap_s)
+
+    def observe(self, now, identity, value):
+        if identity != self.identity:  # a new start: its load is no stall
+            self.identity, self.last, self.progress_at, self.longest_gap_s = identity, None, now, 0.0
+        if value is None:  # not answering: loading, stopping, or dead (systemd's business)
+            self.last, self.progress_at = None, now
+            return 0.0
+        advanced = self.last is not None and any(
+            value[k] is not None and self.last[k] is not None and value[k] > self.last[k]
+            for k in ("steps", "tokens"))
+        if advanced and self.last["busy"] > 0:
+            self.longest_gap_s = max(self.longest_gap_s, now - self.progress_at)
+        if advanced or value["busy"] <= 0 or self.last is None:
+            self.progress_at = now
+        self.last = value
+        stalled = now - self.progress_at
+        return stalled if stalled >= self.stall_s else 0.0
+
+    def state(self, now):
+        return {"identity": self.identity, "stall_s": round(self.stall_s, 1),
+                "stall_derived": self.configured <= 0,
+                "longest_gap_s": round(self.longest_gap_s, 1),
+                "since_progress_s": None if self.progress_at is None else round(now - self.progress_at, 1),
+                "last": self.last}
+
+
+class RestartBudget:
+    """At most ``limit`` restarts in any ``window_s`` seconds."""
+
+    def __init__(self, limit, window_s, past=()):
+        self.limit, self.window_s = int(limit), float(window_s)
+        self.times = deque(sorted(past))
+
+    def allows(self, now):
+        while self.times and now - self.times[0] >= self.window_s:
+            self.times.popleft()
+        return len(self.times) < self.limit
+
+    def spend(self, now):
+        self.times.append(now)
+
+
+# -- evidence --------------------------------------------------------------------------------------
+
+def _read(path, default=None):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError as exc:
+        return default if default is not None else f"(not readable: {exc.strerror})"
+
+
+def _status_field(text, field):
+    match = re.search(rf"^{field}:\s*(.*)$", text or "", re.M)
+    return match.group(1).strip() if match else None
+
+
+def role_of(title, main_pid, pid):
+    """What a process of the server is, by its title (vLLM sets ``VLLM::EngineCore``,
+    ``VLLM::Worker_TP3``, ``VLLM::Worker`` at TP 1, as its command line; the kernel's 15-character
+    ``comm`` cuts the rank off): the API server (the unit's main process), the engine, or a worker
+    and its tensor-parallel rank."""
+    if pid == main_pid:
+        return "API server", None
+    if title.startswith("VLLM::EngineCor"):
+        return "engine", None
+    match = re.match(r"VLLM::Worker(?:_TP(\d+))?", title)
+    if match:
+        return "worker", int(match.group(1) or 0)
+    return "other", None
+
+
+def py_spy_frames(text):
+    """The threads of a ``py-spy dump``: ``[{thread, idle, frames: ["func (file:line)", ...]}]``, each
+    thread's frames innermost first, as py-spy prints them."""
+    threads, current = [], None
+    for line in text.splitlines():
+        head = re.match(r'^Thread (\S+) \(([^)]*)\)(?:: "(.*)")?', line)
+        if head:
+            current = {"thread": head.group(3) or head.group(1), "idle": head.group(2) == "idle", "frames": []}
+            threads.append(current)
+        elif current is not None and line.startswith("    ") and line.strip():
+            current["frames"].append(line.strip())
+    return threads
+
+
+def process_evidence(pid, main_pid, py_spy, timeout_s=30):
+    """One process: name, role, state, wait channel, threads (each with its kernel stack where the
+    kernel lets this user read it), and py-spy's dump or why there is none."""
+    status = _read(f"/proc/{pid}/status", "")
+    cmdline = _read(f"/proc/{pid}/cmdline", "").replace("\0", " ").strip()
+    name = cmdline.split(" ", 1)[0] if cmdline.startswith("VLLM::") else _read(f"/proc/{pid}/comm", "").strip()
+    role, rank = role_of(name, main_pid, pid)
+    threads = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int) if os.path.isdir(f"/proc/{pid}/task") else []:
+        base = f"/proc/{pid}/task/{tid}"
+        threads.append({"tid": int(tid), "name": _read(f"{base}/comm", "").strip(),
+                        "state": _status_field(_read(f"{base}/status", ""), "State"),
+                        "wchan": _read(f"{base}/wchan", "").strip() or None,
+                        "kernel_stack": _read(f"{base}/stack")})
+    entry = {"pid": pid, "name": name, "role": role, "rank": rank, "cmdline": cmdline,
+             "state": _status_field(status, "State"), "wchan": _read(f"/proc/{pid}/wchan", "").strip() or None,
+             "threads": threads, "py_spy": None, "py_spy_error": None}
+    if (entry["state"] or "").startswith(("T", "t")):
+        # ptrace cannot attach to a stopped process, and a failed attach can leave it traced, deaf to
+        # the SIGCONT of systemd's stop (seen: the stop then waits out TimeoutStopSec).
+        entry["py_spy_error"] = f"not dumped: the process is stopped (State {entry['state']})"
+        return entry
+    if not py_spy or not os.access(py_spy, os.X_OK):
+        entry["py_spy_error"] = f"py-spy not installed at {py_spy}: no Python stacks"
+        return entry
+    try:
+        run = subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
+                             timeout=timeout_s, check=False)
+        text = run.stdout + run.stderr
+        entry["py_spy_text"] = text
+        if run.returncode == 0:
+            entry["py_spy"] = py_spy_frames(run.stdout)
+        else:
+            text = run.stderr.strip() or run.stdout.strip() or f"exit {run.returncode}"
+            entry["py_spy_error"] = " ".join(text.split())[-500:]
+    except subprocess.TimeoutExpired:
+        entry["py_spy_error"] = f"py-spy dump took more than {timeout_s} s"
+    return entry
+
+
+def _innermost(entry):
+    """The innermost frame of a process's main thread (py-spy lists it first), or None."""
+    for thread in entry.get("py_spy") or []:
+        if thread["frames"] and thread["thread"] in ("MainThread", str(entry["pid"])):
+            return thread["frames"][0]
+    threads = [t for t in entry.get("py_spy") or [] if t["frames"]]
+    return threads[0]["frames"][0] if threads else None
+
+
+def _collective(entry):
+    """The first frame, of any thread of a process, inside a collective or waiting for one; or None."""
+    for thread in entry.get("py_spy") or []:
+        for frame in thread["frames"]:
+            if COLLECTIVE.search(frame):
+                return frame
+    return None
+
+
+def _who(entry):
+    named = {"engine": "the engine", "API server": "the API server"}.get(entry["role"])
+    if entry["role"] == "worker":
+        named = f"worker rank {entry['rank']}"
+    return f"{named or 'process'} ({entry['name'] or '?'}, pid {entry['pid']})"
+
+
+def verdict(processes):
+    """One line: which process is stuck and in what frame, by priority: a stopped process (State T:
+    nothing else can run while it is stopped); a worker inside a collective (the ranks wait on each
+    other: name them all); the engine's innermost frame; else what is known."""
+    stopped = [p for p in processes if (p.get("state") or "").startswith(("T", "t"))]
+    if stopped:
+        first = sorted(stopped, key=lambda p: {"engine": 0, "worker": 1}.get(p["role"], 2))[0]
+        spy = "" if first.get("py_spy") else f"; py-spy: {first.get('py_spy_error') or 'no dump'}"
+        return (f"{_who(first)} is stopped (State {first['state']}, wait channel {first.get('wchan') or '?'})"
+                + spy)
+    workers = [p for p in processes if p["role"] == "worker" and _collective(p)]
+    if workers:
+        lead = workers[0]
+        others = ", ".join(str(p["rank"]) for p in workers[1:])
+        return (f"{_who(lead)} is inside a collective: {_collective(lead)}"
+                + (f"; ranks {others} too" if others else ""))
+    engine = next((p for p in processes if p["role"] == "engine"), None)
+    if engine and _innermost(engine):
+        where = _collective(engine) or _innermost(engine)
+        return f"{_who(engine)} is stuck in {where}"
+    if engine:
+        return f"{_who(engine)} made no progress; no Python stack: {engine.get('py_spy_error') or 'no dump'}"
+    return "no engine process found in the unit's cgroup"
+
+
+def nccl_environment(paths):
+    """The NCCL_* settings of the server's environment files, later files over earlier ones (the
+    variant's over the unit's), as systemd reads them. (``/proc/PID/environ`` is its owner's alone:
+    reading it would take CAP_DAC_READ_SEARCH, which the watch does not have; its user is in the
+    server's group, which may read these files.)"""
+    found = {}
+    for path in paths:
+        for line in _read(path, "").splitlines():
+            key, sep, value = line.strip().partition("=")
+            if sep and key.startswith("NCCL_"):
+                found[key] = value.strip().strip('"')
+    return found
+
+
+def cgroup_pids(control_group):
+    """The processes of a unit's cgroup (systemd's ControlGroup), on cgroup v2 or v1's named hierarchy."""
+    for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified", "/sys/fs/cgroup/systemd"):
+        path = f"{root}{control_group}/cgroup.procs"
+        if control_group and os.path.isfile(path):
+            pids = sorted({int(x) for x in _read(path, "").split()})
+            if pids:
+                return pids
+    return []
+
+
+def _command(argv, timeout_s=30):
+    try:
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+        return run.stdout + (run.stderr if run.returncode else "")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"({argv[0]} failed: {exc})"
+
+
+# The access-log lines of the watch's own polls (and of health checks), left out of an incident's
+# journal: at one every interval_s they would be all of its tail.
+POLL_LINE = re.compile(r'"GET /(?:metrics|health) HTTP/1\.1" 200')
+
+
+def journal_tail(unit, lines):
+    """The unit's last ``lines`` journal lines but the polls' (:data:`POLL_LINE`), tqdm's lines
+    included (``--all``: the journal keeps a line with a carriage return as a blob)."""
+    text = _command(["journalctl", "--all", "-u", unit, "-n", str(lines * 20), "--no-pager", "-o", "short-iso"])
+    kept = [line for line in text.splitlines() if not POLL_LINE.search(line)]
+    return "\n".join(kept[-lines:]) + "\n"
+
+
+def dir_bytes(path):
+    total = 0
+    for base, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(os.path.join(base, name))
+    return total
+
+
+def prune(incidents_dir, keep, max_bytes):
+    """Remove the oldest incidents past ``keep`` of them or ``max_bytes`` in all; the removed names."""
+    names = sorted(n for n in os.listdir(incidents_dir)
+                   if os.path.isfile(os.path.join(incidents_dir, n, "incident.json")))
+    sizes = {n: dir_bytes(os.path.join(incidents_dir, n)) for n in names}
+    removed = []
+    while names and (len(names) > keep or sum(sizes[n] for n in names) > max_bytes):
+        name = names.pop(0)
+        shutil.rmtree(os.path.join(incidents_dir, name), ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
+def collect(cfg, props, metrics_text, stall, now=None):
+    """Write an incident's evidence and ``incident.json`` (its verdict, ``action`` still to be set by
+    the caller) under ``incidents_dir/<UTC time>/``; return (directory, incident)."""
+    stamp = datetime.fromtimestamp(now or time.time(), timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = os.path.join(cfg["incidents_dir"], stamp)
+    os.makedirs(path, exist_ok=True)
+    main_pid = int(props.get("MainPID") or 0)
+    processes = [process_evidence(pid, main_pid, cfg["py_spy"]) for pid in cgroup_pids(props.get("ControlGroup"))]
+    for p in processes:
+        text = p.pop("py_spy_text", None)
+        if text is not None:
+            _write(os.path.join(path, f"py-spy-{p['pid']}.txt"), text)
+    nccl = nccl_environment(cfg.get("environment_files") or [])
+    _write(os.path.join(path, "metrics.txt"), metrics_text or "(no answer)")
+    _write(os.path.join(path, "journal.txt"), journal_tail(cfg["unit"], cfg["journal_lines"]))
+    if shutil.which("nvidia-smi"):
+        _write(os.path.join(path, "nvidia-smi.txt"), _command(["nvidia-smi", "-q"], timeout_s=60))
+    incident = {
+        "time": stamp, "unit": cfg["unit"], "invocation_id": props.get("InvocationID"), "main_pid": main_pid,
+        "verdict": verdict(processes), "stall": stall, "nccl_environment": nccl,
+        "nvidia_smi": bool(shutil.which("nvidia-smi")), "processes": processes, "action": None,
+    }
+    return path, incident
+
+
+def _write(path, text):
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def save(path, incident):
+    _write(os.path.join(path, "incident.json"), json.dumps(incident, indent=2, sort_keys=True) + "\n")
+
+
+# -- the host ---------------------------------------------------------------------------------------
+
+def unit_props(unit):
+    text = _command(["systemctl", "show", unit, "-p", "MainPID", "-p", "InvocationID", "-p", "ControlGroup",
+                     "-p", "ActiveState"])
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def fetch(url, timeout_s):
+    """(status, body); status -1 when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    except (OSError, ValueError):
+        return -1, ""
+
+
+def notify(text):
+    """sd_notify's STATUS= (the line ``systemctl status`` shows), when run by systemd."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(text.encode(), address)
+
+
+def say(text, level="info"):
+    # systemd reads "<N>" at a line's start as the journal priority (3 error, 4 warning, 6 info).
+    prefix = {"error": "<3>", "warning": "<4>", "info": "<6>"}[level]
+    print(f"{prefix}{text}", flush=True)
+
+
+def wait_restarted(cfg, old_invocation, deadline):
+    """Wait for a start newer than ``old_invocation`` to answer /health 200: (healthy, props, seconds)."""
+    t0 = time.monotonic()
+    while time.monotonic() < deadline:
+        props = unit_props(cfg["unit"])
+        if props.get("InvocationID") and props.get("InvocationID") != old_invocation \
+                and props.get("ActiveState") == "active":
+            status, _ = fetch(cfg["url"] + "/health", cfg["request_timeout_s"])
+            if status == 200:
+                return True, props, round(time.monotonic() - t0, 1)
+        time.sleep(1)
+    return False, unit_props(cfg["unit"]), round(time.monotonic() - t0, 1)
+
+
+def lock_holder(path):
+    """The job holding the host's lock (``kind job_id``), or None."""
+    text = _read(path, "")
+    if not text:
+        return None
+    try:
+        lock = json.loads(text)
+        return f"{lock.get('kind', 'a job')} {lock.get('job_id', '')}".strip()
+    except ValueError:
+        return "a job"
+
+
+class Watch:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.rule = Liveness(cfg["stall_s"], cfg["stall_floor_s"])
+        self.state_file = os.path.join(cfg["incidents_dir"], "watch-state.json")
+        past = _load_json(self.state_file).get("restarts", [])
+        self.budget = RestartBudget(cfg["max_restarts"], cfg["restart_window_s"], past)
+        self.recorded = None  # the InvocationID whose ongoing stall was recorded without action
+        self.stalls = 0
+
+    def write_state(self, now, said):
+        state = {"updated": time.time(), "said": said, "stalls": self.stalls,
+                 "restarts": list(self.budget.times), **self.rule.state(now)}
+        _write(self.state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
+
+    def poll(self):
+        """One poll: read, judge, act. Returns the exit code to stop with, or None."""
+        cfg, now = self.cfg, time.time()
+        props = unit_props(cfg["unit"])
+        status, text = fetch(cfg["url"] + "/metrics", cfg["request_timeout_s"])
+        value = reading(parse_metrics(text)) if status == 200 else None
+        stalled = self.rule.observe(now, props.get("InvocationID"), value)
+        if not stalled:
+            self.recorded = None
+            last = self.rule.last
+            said = ("not answering (loading or stopped)" if value is None else
+                    "idle" if last["busy"] <= 0 else
+                    f"{last['busy']:.0f} request(s) in flight, advancing")
+            notify(f"STATUS={said}; stall after {self.rule.stall_s:.0f} s; "
+                   f"{len(self.budget.times)} restart(s) in the window")
+            self.write_state(now, said)
+            return None
+        if self.recorded == props.get("InvocationID"):
+            return None  # this stall is recorded already, and a job holds the lock
+        self.stalls += 1
+        stall = {"stalled_s": round(stalled, 1), "stall_s": round(self.rule.stall_s, 1),
+                 "reading": value, "derived": self.rule.configured <= 0}
+        path, incident = collect(cfg, props, text, stall, now)
+        holder = lock_holder(cfg["lock_file"])
+        say(f"stalled for {stalled:.0f} s with {value['busy']:.0f} request(s) in flight: {incident['verdict']}; "
+            f"evidence in {path}", "error")
+        if holder:
+            incident["action"] = {"taken": "none", "why": f"{holder} holds the host's lock ({cfg['lock_file']})"}
+            self.recorded = props.get("InvocationID")
+            save(path, incident)
+            say(f"{holder} holds the lock: recorded, not restarted", "warning")
+        elif not self.budget.allows(now):
+            incident["action"] = {"taken": "none", "why": f"{cfg['max_restarts']} restart(s) in the last "
+                                  f"{cfg['restart_window_s']:.0f} s already: the watch gives up"}
+            save(path, incident)
+            said = (f"gave up: stalled again after {cfg['max_restarts']} restart(s) in "
+                    f"{cfg['restart_window_s']:.0f} s; evidence in {path}; restart by hand once understood")
+            say(said, "error")
+            notify(f"STATUS={said}")
+            self.write_state(now, said)
+            return EXIT_GAVE_UP
+        else:
+            self.budget.spend(now)
+            incident["action"] = self.restart(props)
+            save(path, incident)
+        prune(cfg["incidents_dir"], cfg["keep"], cfg["max_bytes"])
+        self.write_state(now, f"incident {os.path.basename(path)}: {incident['verdict']}")
+        return None
+
+    def restart(self, props):
+        """SIGKILL to every process of the server (a stalled engine has nothing to save, and a hung one
+        may not heed the SIGTERM of a stop): the others first, then, once they are gone, the main
+        process, so that systemd finds the unit's cgroup empty when its main process exits and starts
+        it again at once (``Restart=always``). Waited for until ``/health`` answers 200."""
+        cfg, pid = self.cfg, int(props.get("MainPID") or 0)
+        if pid <= 0:  # never kill(0): that is the watch's own process group
+            return {"taken": "restart", "ok": False, "why": "the server has no main process to end"}
+        others = [p for p in cgroup_pids(props.get("ControlGroup")) if p > 0 and p != pid]
+        say(f"restarting {cfg['unit']}: SIGKILL to its {len(others)} other process(es), then to its main "
+            f"process {pid}; systemd starts it again", "warning")
+        t0 = time.monotonic()
+        failed = []
+        for each in [*others, pid]:
+            if each == pid:  # the others gone (or zombies, reaped with the main process) first
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline and any(_alive(p) for p in others):
+                    time.sleep(0.05)
+            try:
+                os.kill(each, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            except OSError as exc:
+                failed.append(f"{each}: {exc.strerror}")
+        if failed and failed[-1].startswith(f"{pid}:"):
+            return {"taken": "restart", "ok": False, "why": f"could not end the main process {failed[0]}"}
+        healthy, new, waited = wait_restarted(cfg, props.get("InvocationID"), t0 + cfg["health_timeout_s"])
+        result = {"taken": "restart", "ok": healthy, "old_main_pid": pid, "main_pid": int(new.get("MainPID") or 0),
+                  "invocation_id": new.get("InvocationID"), "seconds_to_healthy": waited if healthy else None}
+        say(f"{cfg['unit']} " + (f"healthy again in {waited:.0f} s, main PID {result['main_pid']}" if healthy
+                                 else f"not healthy after {waited:.0f} s"), "info" if healthy else "error")
+        return result
+
+
+def _alive(pid):
+    """Whether ``pid`` still runs (a zombie does not: it only waits for its parent)."""
+    state = _status_field(_read(f"/proc/{pid}/status", ""), "State")
+    return state is not None and not state.startswith(("Z", "X"))
+
+
+def _load_json(path):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def load_config(path):
+    cfg = dict(DEFAULTS)
+    cfg.update(_load_json(path))
+    return cfg
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="/etc/vllm-ops/watch.json")
+    args = parser.parse_args(argv)
+    cfg = load_config(args.config)
+    os.makedirs(cfg["incidents_dir"], exist_ok=True)
+    watch = Watch(cfg)
+    say(f"watching {cfg['unit']} at {cfg['url']}/metrics every {cfg['interval_s']:.0f} s; stall after "
+        + (f"{cfg['stall_s']:.0f} s" if cfg["stall_s"] > 0 else
+           f"{STALL_FACTOR}x the longest gap between steps seen, at least {cfg['stall_floor_s']:.0f} s")
+        + f"; at most {cfg['max_restarts']} restart(s) in {cfg['restart_window_s']:.0f} s")
+    notify("READY=1")
+    while True:
+        code = watch.poll()
+        if code is not None:
+            return code
+        time.sleep(cfg["interval_s"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

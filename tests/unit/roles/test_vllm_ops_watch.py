@@ -1,0 +1,300 @@
+"""roles/vllm/files/vllm_ops_watch.py without a host: the stall rule on recorded /metrics sequences,
+the verdict from recorded process evidence, the restart budget, the incidents' pruning, and one poll's
+decision (record, restart, give up) with the host's calls replaced."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "roles" / "vllm" / "files"))
+
+import vllm_ops_watch as w
+
+EXPOSITION = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="kimi-k2.5"} 3.0
+vllm:num_requests_waiting{engine="0",model_name="kimi-k2.5"} 1.0
+vllm:generation_tokens_total{engine="0",model_name="kimi-k2.5"} 4046.0
+vllm:iteration_tokens_total_count{engine="0",model_name="kimi-k2.5"} 170.0
+vllm:iteration_tokens_total_count{engine="1",model_name="kimi-k2.5"} 30.0
+vllm:iteration_tokens_total_bucket{engine="0",le="+Inf",model_name="kimi-k2.5"} 170.0
+vllm:cache_config_info{block_size="16",engine="0"} 1.0
+"""
+
+
+def r(steps, tokens, busy):
+    return {"steps": steps, "tokens": tokens, "busy": busy}
+
+
+def test_the_exposition_is_read_summed_over_engines():
+    samples = w.parse_metrics(EXPOSITION)
+    assert samples["vllm:iteration_tokens_total_count"] == 200.0  # 170 + 30, two engines
+    assert w.reading(samples) == r(200.0, 4046.0, 4.0)  # 3 running + 1 waiting
+    assert w.reading({}) == r(None, None, 0.0)
+
+
+def run(rule, seq, identity="a"):
+    """Feed (t, reading) pairs; the stalled seconds returned at each."""
+    return [rule.observe(t, identity, value) for t, value in seq]
+
+
+def test_requests_in_flight_and_counters_frozen_is_a_stall_after_stall_s():
+    rule = w.Liveness(stall_s=20)
+    # steps advance until t=10, then freeze with 3 requests in flight; polled every 5 s
+    seq = [(0, r(1, 10, 3)), (5, r(2, 20, 3)), (10, r(3, 30, 3))] + [(t, r(3, 30, 3)) for t in range(15, 45, 5)]
+    out = run(rule, seq)
+    # frozen since the advance at t=10: 5, 10, 15 s are not yet 20; at t=30 it is 20 s
+    assert out == [0, 0, 0, 0, 0, 0, 20, 25, 30]
+
+
+def test_idle_is_never_stalled_however_long():
+    rule = w.Liveness(stall_s=20)
+    assert set(run(rule, [(t, r(50, 900, 0)) for t in range(0, 3600, 5)])) == {0}
+
+
+def test_either_counter_advancing_is_progress():
+    # the step counter missing (another release) or frozen while tokens advance: not stalled
+    rule = w.Liveness(stall_s=20)
+    assert set(run(rule, [(t, r(None, t, 2)) for t in range(0, 300, 5)])) == {0}
+    rule = w.Liveness(stall_s=20)
+    assert set(run(rule, [(t, r(7, t, 2)) for t in range(0, 300, 5)])) == {0}
+
+
+def test_a_slow_saturated_engine_is_not_stalled_and_sets_the_derived_stall_time():
+    rule = w.Liveness(stall_s=0, floor_s=120)
+    assert rule.stall_s == 120
+    # busy throughout, one advance every 60 s, polled every 5 s: never stalled, and the derived
+    # stall time becomes 10 x the 60-second gap
+    seq = [(t, r(t // 60, t // 60, 8)) for t in range(0, 1200, 5)]
+    assert set(run(rule, seq)) == {0}
+    assert rule.longest_gap_s == 60 and rule.stall_s == 600
+
+
+def test_a_gap_while_idle_does_not_count_toward_the_derived_stall_time():
+    rule = w.Liveness(stall_s=0, floor_s=120)
+    # idle from 0 to 500, busy from 505: the gap counted is 505 -> 515's advance, 10 s
+    run(rule, [(0, r(1, 1, 0)), (500, r(1, 1, 0)), (505, r(2, 2, 1)), (510, r(2, 2, 1)), (515, r(3, 3, 1))])
+    assert rule.longest_gap_s == 10 and rule.stall_s == 120
+
+
+def test_a_load_or_a_new_start_begins_the_count_again():
+    rule = w.Liveness(stall_s=20)
+    assert run(rule, [(0, r(1, 1, 2)), (15, r(1, 1, 2))]) == [0, 0]
+    # /metrics refused (a restart's load) at 20, back at 25 with requests already queued
+    assert run(rule, [(20, None), (25, r(0, 0, 2)), (40, r(0, 0, 2)), (45, r(0, 0, 2))]) == [0, 0, 0, 20]
+    # a new InvocationID with the counters frozen: its own count, from its first reading
+    assert run(rule, [(50, r(0, 0, 2)), (65, r(0, 0, 2)), (70, r(0, 0, 2))], identity="b") == [0, 0, 20]
+
+
+def test_the_restart_budget_counts_a_sliding_window():
+    budget = w.RestartBudget(2, 3600, past=[0])
+    assert budget.allows(10)
+    budget.spend(10)
+    assert not budget.allows(3599)  # 0 and 10 in the window
+    assert budget.allows(3600)  # 0 left it
+    assert not w.RestartBudget(0, 60).allows(0)
+
+
+PY_SPY = """\
+Process 812: VLLM::Worker_TP1
+Python v3.11.2 (/usr/bin/python3.11)
+
+Thread 812 (active+gil): "MainThread"
+    all_reduce (vllm/distributed/device_communicators/pynccl.py:142)
+    forward (vllm/model_executor/layers/linear.py:1311)
+    execute_model (vllm/v1/worker/gpu_worker.py:530)
+Thread 840 (idle): "Thread-1"
+    wait (threading.py:327)
+"""
+
+
+def test_py_spy_dump_is_read_thread_by_thread_innermost_first():
+    threads = w.py_spy_frames(PY_SPY)
+    assert [(t["thread"], t["idle"], len(t["frames"])) for t in threads] == [
+        ("MainThread", False, 3), ("Thread-1", True, 1)]
+    assert threads[0]["frames"][0] == "all_reduce (vllm/distributed/device_communicators/pynccl.py:142)"
+
+
+def proc(pid, name, role, rank=None, state="S (sleeping)", wchan="do_select", py_spy=None, error=None):
+    return {"pid": pid, "name": name, "role": role, "rank": rank, "state": state, "wchan": wchan,
+            "py_spy": py_spy, "py_spy_error": error}
+
+
+def frames(*names):
+    return [{"thread": "MainThread", "idle": False, "frames": list(names)}]
+
+
+def test_the_verdict_names_a_stopped_engine_first():
+    ps = [proc(10, "vllm", "API server", py_spy=frames("select (selectors.py:468)")),
+          proc(11, "VLLM::EngineCore", "engine", state="T (stopped)", wchan="do_signal_stop",
+               error="Failed to suspend process"),
+          proc(12, "VLLM::Worker_TP0", "worker", 0, py_spy=frames("acquire_read (shm_broadcast.py:512)"))]
+    assert w.verdict(ps) == ("the engine (VLLM::EngineCore, pid 11) is stopped (State T (stopped), wait channel "
+                             "do_signal_stop); py-spy: Failed to suspend process")
+
+
+def test_the_verdict_names_the_workers_inside_a_collective():
+    engine = frames("acquire_read (shm_broadcast.py:512)", "step (core.py:1)")
+    ps = [proc(11, "VLLM::EngineCore", "engine", py_spy=engine),
+          proc(12, "VLLM::Worker_TP0", "worker", 0, py_spy=frames("all_reduce (pynccl.py:142)", "forward (x.py:1)")),
+          proc(13, "VLLM::Worker_TP1", "worker", 1, py_spy=frames("execute_model (gpu_worker.py:530)")),
+          proc(14, "VLLM::Worker_TP2", "worker", 2, py_spy=frames("all_reduce (pynccl.py:142)"))]
+    assert w.verdict(ps) == ("worker rank 0 (VLLM::Worker_TP0, pid 12) is inside a collective: all_reduce "
+                             "(pynccl.py:142); ranks 2 too")
+
+
+def test_the_verdict_falls_back_to_the_engines_frame():
+    ps = [proc(11, "VLLM::EngineCore", "engine", py_spy=frames("schedule (scheduler.py:300)", "step (core.py:1)"))]
+    assert w.verdict(ps) == "the engine (VLLM::EngineCore, pid 11) is stuck in schedule (scheduler.py:300)"
+    ps = [proc(11, "VLLM::EngineCore", "engine", error="Permission denied")]
+    assert w.verdict(ps) == ("the engine (VLLM::EngineCore, pid 11) made no progress; no Python stack: "
+                             "Permission denied")
+    assert w.verdict([]) == "no engine process found in the unit's cgroup"
+
+
+def test_roles_are_told_by_the_main_pid_and_the_process_names():
+    assert w.role_of("python3", 10, 10) == ("API server", None)
+    assert w.role_of("VLLM::EngineCore", 10, 11) == ("engine", None)
+    assert w.role_of("VLLM::EngineCor", 10, 11) == ("engine", None)  # the kernel's comm, cut at 15
+    assert w.role_of("VLLM::Worker_TP7", 10, 12) == ("worker", 7)
+    assert w.role_of("VLLM::Worker", 10, 12) == ("worker", 0)
+    assert w.role_of("bash", 10, 13) == ("other", None)
+
+
+def make_incident(root, name, size):
+    d = root / name
+    d.mkdir()
+    (d / "incident.json").write_text("{}")
+    (d / "journal.txt").write_text("x" * size)
+
+
+def test_the_oldest_incidents_go_past_the_count_or_the_bytes(tmp_path):
+    for i, size in enumerate([100, 100, 100, 100]):
+        make_incident(tmp_path, f"20261204T10000{i}Z", size)
+    (tmp_path / "watch-state.json").write_text("{}")
+    assert w.prune(str(tmp_path), keep=3, max_bytes=10_000) == ["20261204T100000Z"]
+    # each is 102 bytes (its two files): three are 306 > 250, two are 204
+    assert w.prune(str(tmp_path), keep=3, max_bytes=250) == ["20261204T100001Z"]
+    assert w.prune(str(tmp_path), keep=3, max_bytes=150) == ["20261204T100002Z"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["20261204T100003Z", "watch-state.json"]
+
+
+def test_the_nccl_settings_are_read_from_the_environment_files_the_variants_last(tmp_path):
+    unit, variant = tmp_path / "unit.env", tmp_path / "variant.env"
+    unit.write_text('# Environment\nNCCL_ALGO="Ring"\nNCCL_PROTO="LL"\nVLLM_X="1"\n')
+    variant.write_text('NCCL_PROTO="LL128"\n')
+    assert w.nccl_environment([str(unit), str(variant), str(tmp_path / "missing.env")]) == {
+        "NCCL_ALGO": "Ring", "NCCL_PROTO": "LL128"}
+
+
+def test_the_journal_tail_leaves_out_the_polls(monkeypatch):
+    log = ["2026-12-04T18:00:00 h vllm[1]: (APIServer pid=1) INFO Starting vLLM server on http://0.0.0.0:8000"]
+    log += [f'2026-12-04T18:00:{i:02d} h vllm[1]: INFO:     127.0.0.1:{4000 + i} - "GET /metrics HTTP/1.1" 200 OK'
+            for i in range(50)]
+    log += ['2026-12-04T18:01:00 h vllm[1]: INFO:     10.0.0.9:5000 - "POST /v1/completions HTTP/1.1" 200 OK']
+    seen = []
+    monkeypatch.setattr(w, "_command", lambda argv, timeout_s=30: seen.append(argv) or "\n".join(log))
+    assert w.journal_tail("v.service", 5).splitlines() == [log[0], log[-1]]
+    assert seen[0][:4] == ["journalctl", "--all", "-u", "v.service"] and seen[0][5] == "100"
+
+
+class Host:
+    """The host's side of one poll: the unit's properties, /metrics, the lock; kill and restart faked."""
+
+    def __init__(self, monkeypatch, tmp_path, busy=2):
+        self.props = {"MainPID": "100", "InvocationID": "inv1", "ControlGroup": "/system.slice/v.service",
+                      "ActiveState": "active"}
+        self.metrics = f'vllm:num_requests_running{{engine="0"}} {busy}\nvllm:iteration_tokens_total_count 5\n'
+        self.killed = []
+        monkeypatch.setattr(w, "unit_props", lambda unit: dict(self.props))
+        monkeypatch.setattr(w, "fetch", lambda url, timeout: (200, self.metrics if url.endswith("/metrics") else ""))
+        monkeypatch.setattr(w, "cgroup_pids", lambda cg: [])
+        monkeypatch.setattr(w, "_command", lambda argv, timeout_s=30: "")
+        monkeypatch.setattr(w.os, "kill", lambda pid, sig: self.killed.append((pid, sig)))
+        monkeypatch.setattr(w, "notify", lambda text: None)
+
+        def restarted(cfg, old, deadline):
+            self.props.update(MainPID="200", InvocationID=f"{old}-new")
+            return True, dict(self.props), 3.0
+
+        monkeypatch.setattr(w, "wait_restarted", restarted)
+        self.cfg = {**w.DEFAULTS, "stall_s": 20, "max_restarts": 1, "incidents_dir": str(tmp_path / "incidents"),
+                    "lock_file": str(tmp_path / "job.lock")}
+        (tmp_path / "incidents").mkdir()
+        self.dir = tmp_path / "incidents"
+
+    def incidents(self):
+        return [json.loads(p.read_text()) for p in sorted(self.dir.glob("*/incident.json"))]
+
+
+def polls(watch, monkeypatch, times):
+    codes = []
+    for t in times:
+        monkeypatch.setattr(w.time, "time", lambda t=t: t)
+        codes.append(watch.poll())
+    return codes
+
+
+def test_a_stall_is_recorded_then_restarted_and_a_second_one_past_the_budget_gives_up(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path)
+    watch = w.Watch(host.cfg)
+    assert polls(watch, monkeypatch, [1000, 1010, 1019]) == [None] * 3 and host.killed == []
+    assert polls(watch, monkeypatch, [1020]) == [None]
+    assert host.killed == [(100, w.signal.SIGKILL)]
+    (first,) = host.incidents()
+    assert first["action"] == {"taken": "restart", "ok": True, "old_main_pid": 100, "main_pid": 200,
+                               "invocation_id": "inv1-new", "seconds_to_healthy": 3.0}
+    assert first["stall"]["stalled_s"] == 20 and first["verdict"] == "no engine process found in the unit's cgroup"
+    # The new start stalls too: one restart in the window (max 1), so the watch gives up.
+    assert polls(watch, monkeypatch, [1030, 1045, 1050]) == [None, None, w.EXIT_GAVE_UP]
+    assert len(host.killed) == 1
+    second = host.incidents()[-1]
+    assert second["action"]["taken"] == "none" and "the watch gives up" in second["action"]["why"]
+    state = json.loads((host.dir / "watch-state.json").read_text())
+    assert state["said"].startswith("gave up: stalled again after 1 restart(s) in 3600 s")
+
+
+def test_a_restart_kills_every_process_of_the_server_main_last_and_never_pid_0(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path)
+    monkeypatch.setattr(w, "cgroup_pids", lambda cg: [101, 100, 102])
+    watch = w.Watch(host.cfg)
+    monkeypatch.setattr(w, "_alive", lambda pid: False)
+    action = watch.restart({"MainPID": "100", "InvocationID": "inv1", "ControlGroup": "/x"})
+    assert host.killed == [(101, w.signal.SIGKILL), (102, w.signal.SIGKILL), (100, w.signal.SIGKILL)]
+    assert action["ok"] is True and action["main_pid"] == 200
+    host.killed.clear()
+    action = watch.restart({"MainPID": "0", "InvocationID": "inv2", "ControlGroup": "/x"})
+    assert host.killed == [] and action == {"taken": "restart", "ok": False,
+                                            "why": "the server has no main process to end"}
+
+
+def test_a_stall_while_a_job_holds_the_lock_is_recorded_once_and_nothing_is_done(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path)
+    (tmp_path / "job.lock").write_text(json.dumps({"kind": "campaign", "job_id": "20261204T1"}))
+    watch = w.Watch(host.cfg)
+    assert polls(watch, monkeypatch, [0, 20, 25, 30, 60]) == [None] * 5
+    assert host.killed == []
+    (only,) = host.incidents()
+    why = f"campaign 20261204T1 holds the host's lock ({tmp_path}/job.lock)"
+    assert only["action"] == {"taken": "none", "why": why}
+
+
+def test_an_idle_service_is_left_alone(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path, busy=0)
+    watch = w.Watch(host.cfg)
+    assert polls(watch, monkeypatch, range(0, 600, 5)) == [None] * 120
+    assert host.killed == [] and host.incidents() == []
+    assert json.loads((host.dir / "watch-state.json").read_text())["said"] == "idle"
+
+
+@pytest.mark.parametrize("text,holder", [("", None), ('{"kind": "tune", "job_id": "x"}', "tune x"), ("junk", "a job")])
+def test_the_lock_holder_is_read_from_the_lock_file(tmp_path, text, holder):
+    lock = tmp_path / "job.lock"
+    if text:
+        lock.write_text(text)
+    assert w.lock_holder(str(lock)) == holder
