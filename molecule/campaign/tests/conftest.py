@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
@@ -34,13 +35,14 @@ def healthy_after(host):
 
 
 # ------------------------------------------------------------------ the loads of a campaign (issue 24)
-# Expected values from the sandbox's own settings: inventory/sandbox's VLLM_STANDIN_LOAD_S, of which
-# the stand-in's shards take 85% (molecule/resources/standin/lib/vllm_standin/worker.py), and the
-# checkpoint's file sizes as stat reads them on the host. No duration but the lower bound a sleep
-# guarantees.
+# Expected values from the scenario's own settings: its host's VLLM_STANDIN_LOAD_S (host_vars'
+# sandbox_standin_load_s), of which the stand-in's shards take 85%
+# (molecule/resources/standin/lib/vllm_standin/worker.py), and the checkpoint's file sizes as stat
+# reads them on the host. No duration but the lower bound a sleep guarantees.
 
 MODEL = "/srv/models/kimi-k25-int4"
-LOAD_S = 8.0  # the sandbox's VLLM_STANDIN_LOAD_S
+LOAD_S = float(yaml.safe_load((Path(__file__).resolve().parents[1] / "host_vars" / "vllm-mol-campaign.yml")
+                              .read_text())["sandbox_standin_load_s"])
 SHARDS_SHARE = 0.85  # the stand-in's share of a load spent in the shards
 # The phases the stand-in logs a line for, in vLLM's order, on a host with GPUs and without --enforce-eager.
 PHASES = ["start", "weights", "post_load", "compile", "kv_cache", "cuda_graphs", "engine_init", "api_start"]

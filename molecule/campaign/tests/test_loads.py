@@ -4,8 +4,8 @@ phase in job.json beside the disk's floor, and check mode's downtime from them, 
 end-to-end campaign's own run (test_campaign.py: assert_campaign_loads), which a second campaign would
 only repeat.
 
-Expected values come from here: the stand-in's configured load (inventory/sandbox: VLLM_STANDIN_LOAD_S
-8 s, of which its shards take 85%: molecule/resources/standin/lib/vllm_standin/worker.py), the
+Expected values come from here: the stand-in's configured load (this scenario's host_vars: VLLM_STANDIN_LOAD_S
+3 s, of which its shards take 85%: molecule/resources/standin/lib/vllm_standin/worker.py), the
 checkpoint's file sizes as stat reads them on the host, the job's own totals. No duration is asserted
 but as the lower bound a sleep guarantees.
 """
