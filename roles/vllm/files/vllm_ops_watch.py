@@ -148,10 +148,14 @@ class RestartBudget:
         self.limit, self.window_s = int(limit), float(window_s)
         self.times = deque(sorted(past))
 
-    def allows(self, now):
+    def count(self, now):
+        """The restarts within the window that ends ``now``."""
         while self.times and now - self.times[0] >= self.window_s:
             self.times.popleft()
-        return len(self.times) < self.limit
+        return len(self.times)
+
+    def allows(self, now):
+        return self.count(now) < self.limit
 
     def spend(self, now):
         self.times.append(now)
@@ -472,7 +476,9 @@ class Watch:
 
     def poll(self):
         """One poll: read, judge, act. Returns the exit code to stop with, or None."""
-        cfg, now = self.cfg, time.time()
+        # The rule's clock is monotonic (a clock step is no stall); the restarts' times are the wall
+        # clock's, kept across the watch's own restarts and the host's.
+        cfg, now, wall = self.cfg, time.monotonic(), time.time()
         props = unit_props(cfg["unit"])
         status, text = fetch(cfg["url"] + "/metrics", cfg["request_timeout_s"])
         value = reading(parse_metrics(text)) if status == 200 else None
@@ -484,7 +490,7 @@ class Watch:
                     "idle" if last["busy"] <= 0 else
                     f"{last['busy']:.0f} request(s) in flight, advancing")
             notify(f"STATUS={said}; stall after {self.rule.stall_s:.0f} s; "
-                   f"{len(self.budget.times)} restart(s) in the window")
+                   f"{self.budget.count(wall)} restart(s) in the window")
             self.write_state(now, said)
             return None
         if self.recorded == props.get("InvocationID"):
@@ -492,7 +498,7 @@ class Watch:
         self.stalls += 1
         stall = {"stalled_s": round(stalled, 1), "stall_s": round(self.rule.stall_s, 1),
                  "reading": value, "derived": self.rule.configured <= 0}
-        path, incident = collect(cfg, props, text, stall, now)
+        path, incident = collect(cfg, props, text, stall, wall)
         holder = lock_holder(cfg["lock_file"])
         say(f"stalled for {stalled:.0f} s with {value['busy']:.0f} request(s) in flight: {incident['verdict']}; "
             f"evidence in {path}", "error")
@@ -501,7 +507,7 @@ class Watch:
             self.recorded = props.get("InvocationID")
             save(path, incident)
             say(f"{holder} holds the lock: recorded, not restarted", "warning")
-        elif not self.budget.allows(now):
+        elif not self.budget.allows(wall):
             incident["action"] = {"taken": "none", "why": f"{cfg['max_restarts']} restart(s) in the last "
                                   f"{cfg['restart_window_s']:.0f} s already: the watch gives up"}
             save(path, incident)
@@ -512,7 +518,7 @@ class Watch:
             self.write_state(now, said)
             return EXIT_GAVE_UP
         else:
-            self.budget.spend(now)
+            self.budget.spend(wall)
             incident["action"] = self.restart(props)
             save(path, incident)
         prune(cfg["incidents_dir"], cfg["keep"], cfg["max_bytes"])

@@ -234,8 +234,9 @@ class Host:
 
 def polls(watch, monkeypatch, times):
     codes = []
-    for t in times:
+    for t in times:  # the same seconds on both clocks
         monkeypatch.setattr(w.time, "time", lambda t=t: t)
+        monkeypatch.setattr(w.time, "monotonic", lambda t=t: t)
         codes.append(watch.poll())
     return codes
 
@@ -282,6 +283,16 @@ def test_a_stall_while_a_job_holds_the_lock_is_recorded_once_and_nothing_is_done
     (only,) = host.incidents()
     why = f"campaign 20261204T1 holds the host's lock ({tmp_path}/job.lock)"
     assert only["action"] == {"taken": "none", "why": why}
+
+
+def test_a_step_of_the_wall_clock_is_no_stall(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path)  # busy, counters frozen
+    watch = w.Watch(host.cfg)
+    for mono, wall in [(0, 1000), (5, 1005), (10, 9000)]:  # the wall clock jumps by two hours at 10 s
+        monkeypatch.setattr(w.time, "time", lambda wall=wall: wall)
+        monkeypatch.setattr(w.time, "monotonic", lambda mono=mono: mono)
+        assert watch.poll() is None
+    assert host.killed == [] and host.incidents() == []
 
 
 def test_an_idle_service_is_left_alone(monkeypatch, tmp_path):
