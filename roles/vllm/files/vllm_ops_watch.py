@@ -44,6 +44,7 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 import urllib.error
 import urllib.request
 from collections import deque
@@ -213,7 +214,11 @@ def process_evidence(pid, main_pid, py_spy, timeout_s=30):
     name = cmdline.split(" ", 1)[0] if cmdline.startswith("VLLM::") else _read(f"/proc/{pid}/comm", "").strip()
     role, rank = role_of(name, main_pid, pid)
     threads = []
-    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int) if os.path.isdir(f"/proc/{pid}/task") else []:
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:  # gone since the cgroup was read
+        tids = []
+    for tid in tids:
         base = f"/proc/{pid}/task/{tid}"
         threads.append({"tid": int(tid), "name": _read(f"{base}/comm", "").strip(),
                         "state": _status_field(_read(f"{base}/status", ""), "State"),
@@ -582,7 +587,7 @@ def load_config(path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="/etc/vllm-ops/watch.json")
+    parser.add_argument("--config", default="/usr/local/lib/vllm-ops/watch/watch.json")
     args = parser.parse_args(argv)
     cfg = load_config(args.config)
     os.makedirs(cfg["incidents_dir"], exist_ok=True)
@@ -593,7 +598,11 @@ def main(argv=None):
         + f"; at most {cfg['max_restarts']} restart(s) in {cfg['restart_window_s']:.0f} s")
     notify("READY=1")
     while True:
-        code = watch.poll()
+        try:
+            code = watch.poll()
+        except Exception:  # a watch that dies on one odd poll watches nothing
+            say("a poll failed, the watch goes on: " + " | ".join(traceback.format_exc().splitlines()[-3:]), "error")
+            code = None
         if code is not None:
             return code
         time.sleep(cfg["interval_s"])

@@ -303,6 +303,29 @@ def test_an_idle_service_is_left_alone(monkeypatch, tmp_path):
     assert json.loads((host.dir / "watch-state.json").read_text())["said"] == "idle"
 
 
+def test_a_poll_that_fails_is_logged_and_the_watch_goes_on(monkeypatch, tmp_path, capsys):
+    config = tmp_path / "watch.json"
+    config.write_text(json.dumps({"incidents_dir": str(tmp_path / "incidents"), "interval_s": 0}))
+    calls = []
+
+    def poll(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise FileNotFoundError("/proc/123/task")
+        return w.EXIT_GAVE_UP
+
+    monkeypatch.setattr(w.Watch, "poll", poll)
+    monkeypatch.setattr(w, "notify", lambda text: None)
+    assert w.main(["--config", str(config)]) == w.EXIT_GAVE_UP and len(calls) == 2
+    out = capsys.readouterr().out
+    assert "<3>a poll failed, the watch goes on: " in out and "FileNotFoundError: /proc/123/task" in out
+
+
+def test_a_process_gone_since_the_cgroup_was_read_leaves_what_is_known(tmp_path):
+    entry = w.process_evidence(2**22 + 7, 1, str(tmp_path / "no-py-spy"))  # no such pid
+    assert entry["threads"] == [] and entry["state"] is None and entry["role"] == "other"
+
+
 @pytest.mark.parametrize("text,holder", [("", None), ('{"kind": "tune", "job_id": "x"}', "tune x"), ("junk", "a job")])
 def test_the_lock_holder_is_read_from_the_lock_file(tmp_path, text, holder):
     lock = tmp_path / "job.lock"
