@@ -120,7 +120,9 @@ class Liveness:
     def observe(self, now, identity, value):
         if identity != self.identity:  # a new start: its load is no stall
             self.identity, self.last, self.progress_at, self.longest_gap_s = identity, None, now, 0.0
-        if value is None:  # not answering: loading, stopping, or dead (systemd's business)
+        if value is None or (value["steps"] is None and value["tokens"] is None):
+            # not answering (loading, stopping, or dead: systemd's business), or no progress counter
+            # to judge by (a server that exports neither): never a stall
             self.last, self.progress_at = None, now
             return 0.0
         advanced = self.last is not None and any(
@@ -492,6 +494,7 @@ class Watch:
             self.recorded = None
             last = self.rule.last
             said = ("not answering (loading or stopped)" if value is None else
+                    f"no {STEPS} or {TOKENS} in /metrics: nothing to judge progress by" if last is None else
                     "idle" if last["busy"] <= 0 else
                     f"{last['busy']:.0f} request(s) in flight, advancing")
             notify(f"STATUS={said}; stall after {self.rule.stall_s:.0f} s; "

@@ -65,6 +65,11 @@ def test_either_counter_advancing_is_progress():
     assert set(run(rule, [(t, r(7, t, 2)) for t in range(0, 300, 5)])) == {0}
 
 
+def test_without_a_progress_counter_nothing_is_judged_a_stall():
+    rule = w.Liveness(stall_s=20)
+    assert set(run(rule, [(t, r(None, None, 3)) for t in range(0, 300, 5)])) == {0}
+
+
 def test_a_slow_saturated_engine_is_not_stalled_and_sets_the_derived_stall_time():
     rule = w.Liveness(stall_s=0, floor_s=120)
     assert rule.stall_s == 120
@@ -293,6 +298,16 @@ def test_a_step_of_the_wall_clock_is_no_stall(monkeypatch, tmp_path):
         monkeypatch.setattr(w.time, "monotonic", lambda mono=mono: mono)
         assert watch.poll() is None
     assert host.killed == [] and host.incidents() == []
+
+
+def test_a_server_without_progress_counters_is_left_alone_and_the_status_says_why(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path)
+    host.metrics = 'vllm:num_requests_running{engine="0"} 4\n'
+    watch = w.Watch(host.cfg)
+    assert polls(watch, monkeypatch, range(0, 100, 5)) == [None] * 20 and host.killed == []
+    said = json.loads((host.dir / "watch-state.json").read_text())["said"]
+    assert said == ("no vllm:iteration_tokens_total_count or vllm:generation_tokens_total in /metrics: "
+                    "nothing to judge progress by")
 
 
 def test_an_idle_service_is_left_alone(monkeypatch, tmp_path):
