@@ -454,16 +454,28 @@ def wait_restarted(cfg, old_invocation, deadline):
     return False, unit_props(cfg["unit"]), round(time.monotonic() - t0, 1)
 
 
-def lock_holder(path):
-    """The job holding the host's lock (``kind job_id``), or None."""
+def lock_holder(path, now=None):
+    """The job holding the host's lock (``kind job_id``), or None: none, or a stale one by the rules
+    the lock itself keeps (roles/vllm_job/library/vllm_job_lock.py, ``stale_reason``) that the host
+    can check, so that a job killed with its lock left behind does not keep the watch from acting:
+    expired (``expires_epoch``), or taken before the host's last boot (``boot_id``). A lock it cannot
+    read counts as held: the watch never acts when unsure."""
     text = _read(path, "")
     if not text:
         return None
     try:
         lock = json.loads(text)
-        return f"{lock.get('kind', 'a job')} {lock.get('job_id', '')}".strip()
     except ValueError:
         return "a job"
+    if not isinstance(lock, dict):
+        return "a job"
+    boot = _read("/proc/sys/kernel/random/boot_id", "").strip()
+    if lock.get("boot_id") and boot and lock["boot_id"] != boot:
+        return None
+    if "expires_epoch" in lock and float(lock["expires_epoch"]) <= (time.time() if now is None else now):
+        return None
+    # locks of earlier releases say campaign_id, and no kind (a campaign's)
+    return f"{lock.get('kind') or 'campaign'} {lock.get('job_id', lock.get('campaign_id', ''))}".strip()
 
 
 class Watch:
@@ -507,7 +519,7 @@ class Watch:
         stall = {"stalled_s": round(stalled, 1), "stall_s": round(self.rule.stall_s, 1),
                  "reading": value, "derived": self.rule.configured <= 0}
         path, incident = collect(cfg, props, text, stall, wall)
-        holder = lock_holder(cfg["lock_file"])
+        holder = lock_holder(cfg["lock_file"], wall)
         say(f"stalled for {stalled:.0f} s with {value['busy']:.0f} request(s) in flight: {incident['verdict']}; "
             f"evidence in {path}", "error")
         if holder:

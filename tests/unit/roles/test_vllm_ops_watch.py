@@ -347,3 +347,26 @@ def test_the_lock_holder_is_read_from_the_lock_file(tmp_path, text, holder):
     if text:
         lock.write_text(text)
     assert w.lock_holder(str(lock)) == holder
+
+
+def test_a_stale_lock_holds_nothing_by_the_locks_own_rules(tmp_path):
+    lock = tmp_path / "job.lock"
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    live = {"kind": "tune", "job_id": "x", "expires_epoch": 2000.0, "boot_id": boot}
+    for doc, now, holder in [
+        (live, 1999.0, "tune x"),  # within its time, this boot: held
+        (live, 2000.0, None),  # expired (vllm_job_lock: expires_epoch <= now)
+        ({**live, "boot_id": "another-boot"}, 1000.0, None),  # taken before the host's last boot
+        ({"campaign_id": "c1", "expires_epoch": 2000.0}, 1000.0, "campaign c1"),  # an earlier release's
+    ]:
+        lock.write_text(json.dumps(doc))
+        assert w.lock_holder(str(lock), now) == holder, (doc, now)
+
+
+def test_a_stall_under_an_expired_lock_is_restarted(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path)
+    (tmp_path / "job.lock").write_text(json.dumps({"kind": "campaign", "job_id": "old", "expires_epoch": 10}))
+    watch = w.Watch(host.cfg)
+    assert polls(watch, monkeypatch, [100, 110, 120]) == [None] * 3
+    assert host.killed == [(100, w.signal.SIGKILL)]
+    assert host.incidents()[-1]["action"]["taken"] == "restart"
