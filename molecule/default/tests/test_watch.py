@@ -101,6 +101,10 @@ def test_an_engine_stopped_under_load_is_restarted_with_every_processs_evidence(
     wait_for(lambda: prop(host, server, "InvocationID") != old_invocation and healthy(host),
              "a healthy restart of the stalled server", timeout_s=120)
     assert int(prop(host, server, "MainPID")) != old_pid
+    # The watch writes the incident before the restart and its outcome once it saw the new start
+    # answer (polling each second, as this test does): wait for that second write.
+    wait_for(lambda: [i["action"].get("ok") for i in incidents(host)] == [True], "the restart's outcome recorded",
+             timeout_s=30)
 
     (incident,) = incidents(host)
     assert incident["verdict"].startswith(

@@ -539,6 +539,10 @@ class Watch:
             return EXIT_GAVE_UP
         else:
             self.budget.spend(wall)
+            # The incident is on disk before the restart (its wait may last a whole load, and the
+            # watch may not live through it); ok is null until the new start answered or gave up.
+            incident["action"] = {"taken": "restart", "ok": None, "old_main_pid": int(props.get("MainPID") or 0)}
+            save(path, incident)
             incident["action"] = self.restart(props)
             save(path, incident)
         prune(cfg["incidents_dir"], cfg["keep"], cfg["max_bytes"])

@@ -224,6 +224,8 @@ class Host:
         monkeypatch.setattr(w, "notify", lambda text: None)
 
         def restarted(cfg, old, deadline):
+            # what the incident says while the restart is waited for
+            self.during = [json.loads(p.read_text())["action"] for p in sorted(self.dir.glob("*/incident.json"))]
             self.props.update(MainPID="200", InvocationID=f"{old}-new")
             return True, dict(self.props), 3.0
 
@@ -252,6 +254,8 @@ def test_a_stall_is_recorded_then_restarted_and_a_second_one_past_the_budget_giv
     assert polls(watch, monkeypatch, [1000, 1010, 1019]) == [None] * 3 and host.killed == []
     assert polls(watch, monkeypatch, [1020]) == [None]
     assert host.killed == [(100, w.signal.SIGKILL)]
+    # on disk before the restart, its outcome still open
+    assert host.during == [{"taken": "restart", "ok": None, "old_main_pid": 100}]
     (first,) = host.incidents()
     assert first["action"] == {"taken": "restart", "ok": True, "old_main_pid": 100, "main_pid": 200,
                                "invocation_id": "inv1-new", "seconds_to_healthy": 3.0}
