@@ -56,9 +56,11 @@ Unknown when either figure is missing. A verdict is data (``{bound, evidence}``)
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 from collections import namedtuple
+from datetime import datetime, timezone
 
 SCHEMA = 1
 TOOL = "vllm_ops.loads"
@@ -130,6 +132,63 @@ def weight_files(directory):
         if files:
             return files
     return []
+
+
+# -- one start of a systemd unit: its journal and its load's record (the role's health wait, the watch) --
+
+def journal_entries(text):
+    """``journalctl -o json`` lines -> ``[(monotonic s, realtime s, message)]``; a message journald keeps as
+    bytes (tqdm's carriage returns) is decoded."""
+    out = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        message = entry.get("MESSAGE")
+        if isinstance(message, list):
+            message = bytes(b & 0xFF for b in message if isinstance(b, int)).decode("utf-8", "replace")
+        if not isinstance(message, str):
+            continue
+        try:
+            mono, real = int(entry["__MONOTONIC_TIMESTAMP"]) / 1e6, int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+        except (KeyError, ValueError):
+            mono = real = None
+        out.append((mono, real, message))
+    return out
+
+
+def weight_bytes(model_path):
+    """``(bytes, source)`` of the model's weight files (what a load reads), or (None, None)."""
+    files = weight_files(model_path)
+    try:
+        return (sum(os.path.getsize(f) for f in files), f"the {len(files)} weight file(s) in {model_path}") \
+            if files else (None, None)
+    except OSError:
+        return None, None
+
+
+def load_record(entries, props, model_path, unit, invocation, healthy_at=None):
+    """The load's record (vllm_ops_loads.parse_load) of the journal entries of one start, timed from the
+    unit's ExecMainStartTimestampMonotonic."""
+    t0 = None
+    try:
+        t0 = int(props.get("ExecMainStartTimestampMonotonic") or 0) / 1e6 or None
+    except ValueError:
+        t0 = None
+    nbytes, source = weight_bytes(model_path)
+    record = parse_load([(mono, text) for mono, _, text in entries], t0=t0, checkpoint_bytes=nbytes,
+                        checkpoint_source=source)
+    started = None
+    if t0 is not None:
+        first = next(((mono, real) for mono, real, _ in entries if mono is not None and real is not None), None)
+        if first:
+            started = datetime.fromtimestamp(first[1] - (first[0] - t0), tz=timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ")
+    record.update(unit=unit, invocation_id=invocation, started_at=started,
+                  healthy_s=round(healthy_at - t0, 3) if healthy_at is not None and t0 is not None else None)
+    return record
+
 
 
 def split_lines(lines):

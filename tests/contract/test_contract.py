@@ -13,8 +13,10 @@ import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
+from pathlib import Path
 
 from vllm_ops import loads
 
@@ -32,6 +34,13 @@ from contract_support import (
     wait_for,
 )
 
+# The watch as the role installs it: its file, and beside it the load's reader (tests/unit/roles has its
+# rule's tests; here it reads the processes of a real server).
+ROLE = Path(__file__).resolve().parents[2] / "roles" / "vllm"
+sys.path[:0] = [str(ROLE / "files"), str(ROLE / "module_utils")]
+import vllm_ops_watch  # noqa: E402
+
+PY_SPY = Path(sys.executable).with_name("py-spy")  # the pinned one (requirements.lock), as the role's
 VERSION = "0.32.0"
 PROMPT = "the gpu rank"
 NOT_FOUND = {"detail": "Not Found"}
@@ -125,6 +134,27 @@ def metric(srv, name):
     return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
 
+def assert_the_watch_reads_every_processs_stack(srv, engine):
+    """What the watch keeps of a server whose engine is stopped: each process's role, state and Python
+    stack (py-spy; the stopped engine's read without attaching), and a verdict naming the engine and
+    its frame. The engine and the API server are the server's own; their frames are vLLM's."""
+    pids = [srv.proc.pid, *srv.tree_pids()]
+    evidence = {pid: vllm_ops_watch.process_evidence(pid, srv.proc.pid, str(PY_SPY)) for pid in pids}
+    roles = {pid: (e["role"], e["rank"]) for pid, e in evidence.items() if e["role"] != "other"}
+    workers = [pid for pid, role in roles.items() if role[0] == "worker"]
+    assert workers and roles == {srv.proc.pid: ("API server", None), engine: ("engine", None),
+                                 **{w: ("worker", 0) for w in workers}}
+    for pid in roles:
+        entry = evidence[pid]
+        assert entry["py_spy"] and any(t["frames"] for t in entry["py_spy"]), (entry["name"], entry["py_spy_error"])
+        assert "TracerPid:\t0" in Path(f"/proc/{pid}/status").read_text(), entry["name"]  # none left traced
+    assert evidence[engine]["state"].startswith("T")
+    verdict = vllm_ops_watch.verdict(list(evidence.values()))
+    assert verdict.startswith(f"the engine (VLLM::EngineCore, pid {engine}) is stopped (State T (stopped), "
+                              "wait channel do_signal_stop) in "), verdict
+    print(f"{srv.name}: {verdict}")  # the docs' example (docs/watch.md), from a real server
+
+
 def assert_a_stopped_engine_holds_requests_while_health_answers(srv, engine, senders=8):
     """SIGSTOP the engine while senders keep it busy: /health stays 200, /metrics shows requests held
     and the step counter frozen, nothing completes; SIGCONT, and every held request finishes.
@@ -154,6 +184,7 @@ def assert_a_stopped_engine_holds_requests_while_health_answers(srv, engine, sen
         time.sleep(1.0)  # the last stats the engine sent before it stopped reach /metrics
         frozen, held, answered = metric(srv, steps), in_flight(), len(codes)
         assert held > 0, f"the engine held no request when it stopped{srv.tail()}"
+        assert_the_watch_reads_every_processs_stack(srv, engine)
         time.sleep(2.0)
         assert srv.get("/health").status_code == 200
         assert (metric(srv, steps), in_flight(), len(codes)) == (frozen, held, answered)

@@ -15,14 +15,15 @@ one, else derived: :data:`STALL_FACTOR` times the longest gap seen between two a
 (polled: a slow step, a long prefill), never below ``stall_floor_s`` (120 s by default).
 
 When stalled, it first keeps the evidence (:func:`collect`): every process of the unit's cgroup, its
-threads' state, wait channel and kernel stack (where readable), ``py-spy dump`` of each (a failure is
-evidence too: py-spy cannot attach to a stopped process), ``/metrics``, the journal's tail,
+threads' state, wait channel and kernel stack (where readable), ``py-spy dump`` of each (a stopped
+process read without attaching; a failure is evidence too), ``/metrics``, the journal's tail,
 ``nvidia-smi -q``, the server's NCCL settings (its environment files); then a one-line verdict (:func:`verdict`: which
 process, in what frame) in ``incident.json``, under ``incidents_dir/<UTC time>/``, the oldest removed
 past ``keep`` incidents or ``max_bytes``. Then, unless a job holds the host's lock (a live profile's
 flush stalls the engine for minutes: the watch records, never acts), it ends the stuck server: SIGKILL
 to its main process, and systemd restarts it (``Restart=always``); the watch waits for the new start
-to answer ``/health`` and records the load. At most ``max_restarts`` in ``restart_window_s``: past
+to answer ``/health`` and records the load (its phases, as the role's health wait records one:
+``vllm_ops_loads.py``, installed beside the watch). At most ``max_restarts`` in ``restart_window_s``: past
 that it restarts nothing, says so in the journal and its status, and exits :data:`EXIT_GAVE_UP` (the
 unit does not restart it: ``systemctl status vllm-ops-watch`` shows why).
 
@@ -50,6 +51,11 @@ import urllib.request
 from collections import deque
 from datetime import datetime, timezone
 
+try:  # installed beside the watch by the role: the load's record, as the role's health wait makes it
+    import vllm_ops_loads as loads
+except ImportError:  # a watch copied alone still watches; its incidents say why no load is recorded
+    loads = None
+
 STEPS = "vllm:iteration_tokens_total_count"
 TOKENS = "vllm:generation_tokens_total"
 RUNNING = "vllm:num_requests_running"
@@ -57,6 +63,8 @@ WAITING = "vllm:num_requests_waiting"
 # The derived stall time: this many times the longest gap seen between two advances while busy.
 STALL_FACTOR = 10
 EXIT_GAVE_UP = 3
+LOAD_JOURNAL_LINES = 20000  # one start's journal, read whole for its load record (a few hundred lines)
+PY_SPY_ATTEMPTS = 2  # py-spy sometimes misses the interpreter's version on a busy host; a second read finds it
 # A frame that names a collective or the wait for one (vLLM's shared-memory broadcast, NCCL, custom
 # all-reduce, torch.distributed).
 COLLECTIVE = re.compile(r"all_reduce|allreduce|all_gather|reduce_scatter|broadcast|barrier|nccl|"
@@ -68,6 +76,7 @@ DEFAULTS = {
     "incidents_dir": "/var/lib/vllm-ops/incidents", "keep": 20, "max_bytes": 200 * 2**20,
     "lock_file": "/run/vllm-ops/job.lock", "py_spy": "/usr/local/bin/py-spy",
     "health_timeout_s": 2400.0, "request_timeout_s": 5.0, "journal_lines": 300, "environment_files": [],
+    "model_path": "",
 }
 
 
@@ -229,26 +238,27 @@ def process_evidence(pid, main_pid, py_spy, timeout_s=30):
     entry = {"pid": pid, "name": name, "role": role, "rank": rank, "cmdline": cmdline,
              "state": _status_field(status, "State"), "wchan": _read(f"/proc/{pid}/wchan", "").strip() or None,
              "threads": threads, "py_spy": None, "py_spy_error": None}
-    if (entry["state"] or "").startswith(("T", "t")):
-        # ptrace cannot attach to a stopped process, and a failed attach can leave it traced, deaf to
-        # the SIGCONT of systemd's stop (seen: the stop then waits out TimeoutStopSec).
-        entry["py_spy_error"] = f"not dumped: the process is stopped (State {entry['state']})"
-        return entry
     if not py_spy or not os.access(py_spy, os.X_OK):
         entry["py_spy_error"] = f"py-spy not installed at {py_spy}: no Python stacks"
         return entry
-    try:
-        run = subprocess.run([py_spy, "dump", "--pid", str(pid)], capture_output=True, text=True,
-                             timeout=timeout_s, check=False)
-        text = run.stdout + run.stderr
-        entry["py_spy_text"] = text
+    command = [py_spy, "dump", "--pid", str(pid)]
+    if (entry["state"] or "").startswith(("T", "t")):
+        # A stopped process is read without ptrace (--nonblocking: it is paused already, so the stack
+        # is consistent). Attaching would fail, and a failed attach can leave it traced, deaf to the
+        # SIGCONT of systemd's stop (seen: the stop then waits out TimeoutStopSec).
+        command.append("--nonblocking")
+    for attempt in range(PY_SPY_ATTEMPTS):
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            entry["py_spy_error"] = f"py-spy dump took more than {timeout_s} s"
+            return entry
+        entry["py_spy_text"] = run.stdout + run.stderr
         if run.returncode == 0:
-            entry["py_spy"] = py_spy_frames(run.stdout)
-        else:
-            text = run.stderr.strip() or run.stdout.strip() or f"exit {run.returncode}"
-            entry["py_spy_error"] = " ".join(text.split())[-500:]
-    except subprocess.TimeoutExpired:
-        entry["py_spy_error"] = f"py-spy dump took more than {timeout_s} s"
+            entry["py_spy"], entry["py_spy_error"] = py_spy_frames(run.stdout), None
+            return entry
+        text = run.stderr.strip() or run.stdout.strip() or f"exit {run.returncode}"
+        entry["py_spy_error"] = " ".join(text.split())[-500:] + f" (attempt {attempt + 1})"
     return entry
 
 
@@ -284,9 +294,10 @@ def verdict(processes):
     stopped = [p for p in processes if (p.get("state") or "").startswith(("T", "t"))]
     if stopped:
         first = sorted(stopped, key=lambda p: {"engine": 0, "worker": 1}.get(p["role"], 2))[0]
-        spy = "" if first.get("py_spy") else f"; py-spy: {first.get('py_spy_error') or 'no dump'}"
+        frame = _collective(first) or _innermost(first)
+        where = f" in {frame}" if frame else f"; py-spy: {first.get('py_spy_error') or 'no dump'}"
         return (f"{_who(first)} is stopped (State {first['state']}, wait channel {first.get('wchan') or '?'})"
-                + spy)
+                + where)
     workers = [p for p in processes if p["role"] == "worker" and _collective(p)]
     if workers:
         lead = workers[0]
@@ -408,7 +419,7 @@ def save(path, incident):
 
 def unit_props(unit):
     text = _command(["systemctl", "show", unit, "-p", "MainPID", "-p", "InvocationID", "-p", "ControlGroup",
-                     "-p", "ActiveState"])
+                     "-p", "ActiveState", "-p", "ExecMainStartTimestampMonotonic"])
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
@@ -441,17 +452,32 @@ def say(text, level="info"):
 
 
 def wait_restarted(cfg, old_invocation, deadline):
-    """Wait for a start newer than ``old_invocation`` to answer /health 200: (healthy, props, seconds)."""
-    t0 = time.monotonic()
+    """Wait for a start newer than ``old_invocation`` to answer /health 200: (props, the monotonic
+    second it answered, or None past ``deadline``)."""
     while time.monotonic() < deadline:
         props = unit_props(cfg["unit"])
         if props.get("InvocationID") and props.get("InvocationID") != old_invocation \
                 and props.get("ActiveState") == "active":
             status, _ = fetch(cfg["url"] + "/health", cfg["request_timeout_s"])
             if status == 200:
-                return True, props, round(time.monotonic() - t0, 1)
+                return props, time.monotonic()
         time.sleep(1)
-    return False, unit_props(cfg["unit"]), round(time.monotonic() - t0, 1)
+    return unit_props(cfg["unit"]), None
+
+
+def restart_load(cfg, props, healthy_at):
+    """The new start's load record, as the role's health wait records one (``vllm_ops_loads``: its
+    phases from vLLM's lines in this start's journal, timed from the unit's start; systemd's monotonic
+    clock is Python's), or why there is none."""
+    invocation = props.get("InvocationID")
+    if loads is None:
+        return {"error": "vllm_ops_loads.py is not beside the watch: the load is not recorded"}
+    if not invocation:
+        return {"error": "the unit has no start to read"}
+    text = _command(["journalctl", "--no-pager", "-o", "json", "-n", str(LOAD_JOURNAL_LINES), "-u", cfg["unit"],
+                     f"_SYSTEMD_INVOCATION_ID={invocation}"], timeout_s=60)
+    return loads.load_record(loads.journal_entries(text), props, cfg.get("model_path"), cfg["unit"], invocation,
+                             healthy_at)
 
 
 def lock_holder(path, now=None):
@@ -575,11 +601,17 @@ class Watch:
                 failed.append(f"{each}: {exc.strerror}")
         if failed and failed[-1].startswith(f"{pid}:"):
             return {"taken": "restart", "ok": False, "why": f"could not end the main process {failed[0]}"}
-        healthy, new, waited = wait_restarted(cfg, props.get("InvocationID"), t0 + cfg["health_timeout_s"])
+        new, healthy_at = wait_restarted(cfg, props.get("InvocationID"), t0 + cfg["health_timeout_s"])
+        healthy, waited = healthy_at is not None, round((healthy_at or time.monotonic()) - t0, 1)
+        load = restart_load(cfg, new, healthy_at)
         result = {"taken": "restart", "ok": healthy, "old_main_pid": pid, "main_pid": int(new.get("MainPID") or 0),
-                  "invocation_id": new.get("InvocationID"), "seconds_to_healthy": waited if healthy else None}
-        say(f"{cfg['unit']} " + (f"healthy again in {waited:.0f} s, main PID {result['main_pid']}" if healthy
-                                 else f"not healthy after {waited:.0f} s"), "info" if healthy else "error")
+                  "invocation_id": new.get("InvocationID"), "seconds_to_healthy": waited if healthy else None,
+                  "load": load}
+        said = (f"healthy again in {waited:.0f} s, main PID {result['main_pid']}" if healthy
+                else f"not healthy after {waited:.0f} s")
+        if loads is not None and "error" not in load:
+            said += f"; {loads.load_words(load)}"
+        say(f"{cfg['unit']} {said}", "info" if healthy else "error")
         return result
 
 

@@ -5,11 +5,16 @@ decision (record, restart, give up) with the host's calls replaced."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+# as the role installs them: the watch, and beside it the load's reader (module_utils' vllm_ops_loads.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "roles" / "vllm" / "module_utils"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "roles" / "vllm" / "files"))
 
 import vllm_ops_watch as w
@@ -137,10 +142,13 @@ def frames(*names):
 def test_the_verdict_names_a_stopped_engine_first():
     ps = [proc(10, "vllm", "API server", py_spy=frames("select (selectors.py:468)")),
           proc(11, "VLLM::EngineCore", "engine", state="T (stopped)", wchan="do_signal_stop",
-               error="Failed to suspend process"),
+               error="Failed to find python version"),
           proc(12, "VLLM::Worker_TP0", "worker", 0, py_spy=frames("acquire_read (shm_broadcast.py:512)"))]
     assert w.verdict(ps) == ("the engine (VLLM::EngineCore, pid 11) is stopped (State T (stopped), wait channel "
-                             "do_signal_stop); py-spy: Failed to suspend process")
+                             "do_signal_stop); py-spy: Failed to find python version")
+    ps[1].update(py_spy=frames("run_busy_loop (core.py:812)"), py_spy_error=None)
+    assert w.verdict(ps) == ("the engine (VLLM::EngineCore, pid 11) is stopped (State T (stopped), wait channel "
+                             "do_signal_stop) in run_busy_loop (core.py:812)")
 
 
 def test_the_verdict_names_the_workers_inside_a_collective():
@@ -227,7 +235,7 @@ class Host:
             # what the incident says while the restart is waited for
             self.during = [json.loads(p.read_text())["action"] for p in sorted(self.dir.glob("*/incident.json"))]
             self.props.update(MainPID="200", InvocationID=f"{old}-new")
-            return True, dict(self.props), 3.0
+            return dict(self.props), w.time.monotonic() + 3.0
 
         monkeypatch.setattr(w, "wait_restarted", restarted)
         self.cfg = {**w.DEFAULTS, "stall_s": 20, "max_restarts": 1, "incidents_dir": str(tmp_path / "incidents"),
@@ -257,8 +265,10 @@ def test_a_stall_is_recorded_then_restarted_and_a_second_one_past_the_budget_giv
     # on disk before the restart, its outcome still open
     assert host.during == [{"taken": "restart", "ok": None, "old_main_pid": 100}]
     (first,) = host.incidents()
+    load = first["action"].pop("load")
     assert first["action"] == {"taken": "restart", "ok": True, "old_main_pid": 100, "main_pid": 200,
                                "invocation_id": "inv1-new", "seconds_to_healthy": 3.0}
+    assert (load["invocation_id"], load["ready"]) == ("inv1-new", False)  # its journal (faked) is empty
     assert first["stall"]["stalled_s"] == 20 and first["verdict"] == "no engine process found in the unit's cgroup"
     # The new start stalls too: one restart in the window (max 1), so the watch gives up.
     assert polls(watch, monkeypatch, [1030, 1045, 1050]) == [None, None, w.EXIT_GAVE_UP]
@@ -281,6 +291,35 @@ def test_a_restart_kills_every_process_of_the_server_main_last_and_never_pid_0(m
     action = watch.restart({"MainPID": "0", "InvocationID": "inv2", "ControlGroup": "/x"})
     assert host.killed == [] and action == {"taken": "restart", "ok": False,
                                             "why": "the server has no main process to end"}
+
+
+def journal_json(t0, lines):
+    """``journalctl -o json`` of one start: (seconds after the unit's start, message) each."""
+    return "\n".join(json.dumps({"MESSAGE": m, "__MONOTONIC_TIMESTAMP": str(round((t0 + t) * 1e6)),
+                                 "__REALTIME_TIMESTAMP": str(round((1.7e9 + t0 + t) * 1e6))}) for t, m in lines)
+
+
+def test_the_restarts_load_is_recorded_with_its_phases_from_the_new_starts_journal(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path)
+    t0 = 5000.0  # the new start's ExecMainStartTimestampMonotonic, in seconds
+    asked = []
+
+    def command(argv, timeout_s=30):
+        asked.append(argv)
+        return journal_json(t0, [(2.0, "Starting to load model /models/k ..."),
+                                 (9.5, "Loading weights took 7.10 seconds"),
+                                 (12.0, "INFO:     Application startup complete.")]) if argv[0] == "journalctl" else ""
+
+    monkeypatch.setattr(w, "_command", command)
+    props = {"MainPID": "200", "InvocationID": "inv2", "ExecMainStartTimestampMonotonic": str(int(t0 * 1e6))}
+    load = w.restart_load(host.cfg, props, healthy_at=t0 + 13.0)
+    assert asked[-1][-1] == "_SYSTEMD_INVOCATION_ID=inv2" and "-u" in asked[-1]
+    # the phases by hand: start 0 -> 2.0, weights 2.0 -> 9.5, the API's start 9.5 -> 12.0 (the rest not logged)
+    assert load["ready"] and load["total_s"] == 12.0 and load["healthy_s"] == 13.0
+    measured = {p["name"]: p["seconds"] for p in load["phases"] if p["status"] == "measured"}
+    assert measured == {"start": 2.0, "weights": 7.5, "api_start": 2.5}
+    assert w.restart_load(host.cfg, {"MainPID": "0", "InvocationID": ""}, None) == {
+        "error": "the unit has no start to read"}
 
 
 def test_a_stall_while_a_job_holds_the_lock_is_recorded_once_and_nothing_is_done(monkeypatch, tmp_path):
@@ -343,6 +382,46 @@ def test_a_poll_that_fails_is_logged_and_the_watch_goes_on(monkeypatch, tmp_path
 def test_a_process_gone_since_the_cgroup_was_read_leaves_what_is_known(tmp_path):
     entry = w.process_evidence(2**22 + 7, 1, str(tmp_path / "no-py-spy"))  # no such pid
     assert entry["threads"] == [] and entry["state"] is None and entry["role"] == "other"
+
+
+HELD = """\
+import time
+
+def held_here():
+    print("ready", flush=True)
+    time.sleep(600)
+
+held_here()
+"""
+
+
+def test_a_stopped_process_is_read_without_attaching_and_still_answers_signals():
+    """py-spy (the controller's, as pinned) reads a SIGSTOPped Python's stack; the process is not left
+    traced: SIGCONT and SIGTERM still end it, as systemd's stop will."""
+    py_spy = Path(sys.executable).with_name("py-spy")
+    child = w.subprocess.Popen([sys.executable, "-c", HELD], stdout=w.subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        os.kill(child.pid, signal.SIGSTOP)
+        wait_until(lambda: Path(f"/proc/{child.pid}/status").read_text().count("State:\tT"))
+        entry = w.process_evidence(child.pid, child.pid, str(py_spy))
+        assert entry["state"].startswith("T"), entry
+        assert entry["py_spy_error"] is None, entry
+        assert [f.split(" ")[0] for f in entry["py_spy"][0]["frames"]] == ["held_here", "<module>"]
+        assert "TracerPid:\t0" in Path(f"/proc/{child.pid}/status").read_text()
+        os.kill(child.pid, signal.SIGCONT)
+        child.terminate()
+        assert child.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
+
+
+def wait_until(predicate, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("text,holder", [("", None), ('{"kind": "tune", "job_id": "x"}', "tune x"), ("junk", "a job")])
