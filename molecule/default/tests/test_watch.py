@@ -1,8 +1,8 @@
 """The watch (vllm-ops-watch.service) on the deployed host, its stall time 20 s (host_vars, as the
 issue's acceptance test deploys it): an idle service watched for two minutes keeps its main process;
-an engine stopped with SIGSTOP under load is found, its evidence kept (a stack or the reason for none,
-per process; a verdict naming the engine) and restarted within two minutes; past the restart limit
-the watch restarts nothing and exits saying why."""
+an engine stopped with SIGSTOP under load is found, its evidence kept (a Python stack per process; a
+verdict naming the engine and its frame) and restarted within two minutes; past the restart limit the
+watch restarts nothing and exits saying why."""
 
 from __future__ import annotations
 
@@ -108,19 +108,18 @@ def test_an_engine_stopped_under_load_is_restarted_with_every_processs_evidence(
 
     (incident,) = incidents(host)
     assert incident["verdict"].startswith(
-        f"the engine (VLLM::EngineCore, pid {engine}) is stopped (State T (stopped), wait channel do_signal_stop)")
+        f"the engine (VLLM::EngineCore, pid {engine}) is stopped (State T (stopped), wait channel do_signal_stop) in ")
     assert incident["stall"]["stalled_s"] >= STALL_S and incident["stall"]["reading"]["busy"] > 0
     # the server's NCCL settings, as inventory/sandbox gives them
     assert incident["nccl_environment"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"}
     by_role = {(p["role"], p["rank"]): p for p in incident["processes"]}
     assert set(by_role) == {("API server", None), ("engine", None), ("worker", 0), ("worker", 1)}
     assert by_role[("API server", None)]["pid"] == old_pid
-    for (role, _), p in by_role.items():
+    for p in by_role.values():
         assert p["threads"] and all(t["state"] for t in p["threads"]), p["name"]
-        if role == "engine":  # py-spy cannot attach to a stopped process: the reason is the evidence
-            assert not p["py_spy"] and p["py_spy_error"]
-        else:  # a Python stack of every thread, read with the watch's own ptrace capability
-            assert p["py_spy"] and all(t["frames"] for t in p["py_spy"]), (p["name"], p["py_spy_error"])
+        # a Python stack of every thread, read with the watch's own ptrace capability (the stopped
+        # engine's without attaching)
+        assert p["py_spy"] and all(t["frames"] for t in p["py_spy"]), (p["name"], p["py_spy_error"])
     assert incident["action"]["taken"] == "restart" and incident["action"]["ok"] is True
     assert incident["action"]["old_main_pid"] == old_pid
     assert incident["action"]["main_pid"] == int(prop(host, server, "MainPID"))
@@ -157,3 +156,41 @@ def test_past_the_restart_limit_the_watch_restarts_nothing_and_says_why(host):
     play = run_playbook("playbooks/deploy.yml")
     assert play.rc == 0, play.output[-3000:]
     assert host.service(WATCH).is_running and prop(host, server, "MainPID") == pid
+
+
+def test_the_incidents_are_fetched_once_and_read_with_check_mode_writing_nothing(host, tmp_path):
+    """playbooks/incidents.yml over the two incidents above: --check names them and writes nothing;
+    a run fetches them whole and reports each; a second run fetches nothing."""
+    on_host = incidents(host)
+    names = [i["time"] for i in on_host]
+    extra = ("-e", json.dumps({"vllm_watch_artifacts_dir": str(tmp_path)}))
+    check = run_playbook("playbooks/incidents.yml", "--check", *extra)
+    assert check.rc == 0, check.output[-3000:]
+    said = check.result("Say what --check would fetch")["msg"]
+    assert said.startswith(f"would fetch 2 incident(s) into {tmp_path}/") and said.endswith(", ".join(names))
+    assert not list(tmp_path.glob("*/incidents/*/incident.json")) and not (tmp_path / "incidents.md").exists()
+
+    play = run_playbook("playbooks/incidents.yml", *extra)
+    assert play.rc == 0, play.output[-3000:]
+    fetched = sorted(tmp_path.glob("*/incidents/*/incident.json"))
+    assert [json.loads(p.read_text()) for p in fetched] == on_host
+    restarted, gave_up = on_host
+    first = fetched[0].parent
+    assert {p.name for p in first.iterdir()} == {  # the sandbox has an nvidia-smi (the stand-in's)
+        "incident.json", "metrics.txt", "journal.txt", "nvidia-smi.txt",
+        *(f"py-spy-{p['pid']}.txt" for p in restarted["processes"])}
+    assert (first.parent / "watch-state.json").is_file()
+    # the restart's load, recorded by the watch from the new start's journal, the stand-in's phases in it
+    load = restarted["action"]["load"]
+    assert load["ready"] and load["invocation_id"] == restarted["action"]["invocation_id"]
+    report = (tmp_path / "incidents.md").read_text()
+    assert f"- **Verdict**: {restarted['verdict']}" in report and f"- **Verdict**: {gave_up['verdict']}" in report
+    assert (f"- **The watch**: restarted: main PID {restarted['action']['old_main_pid']} -> "
+            f"{restarted['action']['main_pid']}") in report
+    assert "- **The restart's load**: ready in " in report
+    lines = play.result("Show the incidents")["msg"]
+    assert lines[-1].startswith("2 incident(s) on 1 of 1 host(s): 1 restarted, 1 recorded only; newest ")
+
+    again = run_playbook("playbooks/incidents.yml", *extra)
+    assert again.rc == 0 and again.changed == 0, again.changed_tasks
+    assert again.result("Tell which are not on the controller yet")["stdout"] == "[]"

@@ -1,0 +1,218 @@
+"""The watch's incidents on the controller: which of a host's to fetch, and the report that reads them.
+
+``playbooks/incidents.yml`` fetches what the watch (``roles/vllm/files/vllm_ops_watch.py``) kept on
+each host into the artifacts::
+
+    artifacts/<host>/incidents/watch-state.json        the watch's state when fetched
+    artifacts/<host>/incidents/<UTC time>/incident.json   one incident: verdict, stall, processes, action
+        py-spy-<pid>.txt, metrics.txt, journal.txt, nvidia-smi.txt   its evidence, as the host kept it
+    artifacts/incidents.md                             this module's report over every host
+
+:func:`pending` says which of a host's incidents to fetch: those not here yet, and those fetched
+while the watch was still writing them (no action yet, or a restart whose outcome was still open),
+so that a second run fetches nothing new and a restart's outcome is never left half-known.
+:func:`summary` reads every fetched incident into the figures the report template prints (its
+stuck processes, frame by frame; what the watch did; the restart's load, phase by phase, in the
+words of :mod:`vllm_ops.loads`); :func:`headline` is its one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from . import loads
+from .artifacts import write_text
+from .cliutil import read_json, run_command
+from .errors import VllmOpsError
+from .render import render
+
+__all__ = ["REPORT", "IncidentInputError", "action_words", "headline", "pending", "summary"]
+
+PROG = "vllm-incidents-report"
+INCIDENTS = "incidents"  # a host's directory of them, under artifacts/<host>/
+INCIDENT_JSON = "incident.json"
+STATE_JSON = "watch-state.json"
+REPORT = "incidents.md"
+NAME = re.compile(r"^\d{8}T\d{6}Z$")  # the watch's directory names: the incident's UTC time
+FRAMES = 4  # frames shown per process, innermost first
+ROLE_ORDER = {"API server": 0, "engine": 1, "worker": 2}
+
+
+class IncidentInputError(VllmOpsError):
+    """A fetched incident or the artifacts directory cannot be read."""
+
+
+def _finished(record: object) -> bool:
+    action = record.get("action") if isinstance(record, Mapping) else None
+    return isinstance(action, Mapping) and not (action.get("taken") == "restart" and action.get("ok") is None)
+
+
+def pending(host_dir: str | Path, names: list[str]) -> list[str]:
+    """Of the host's incident ``names``, those to fetch into ``host_dir`` (``artifacts/<host>/incidents``):
+    not fetched yet, or fetched before the watch had written their outcome. Sorted; names that are not
+    the watch's are left out."""
+    out = []
+    for name in sorted(set(names)):
+        if not NAME.match(name):
+            continue
+        path = Path(host_dir) / name / INCIDENT_JSON
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = None
+        if not _finished(record):
+            out.append(name)
+    return out
+
+
+def action_words(action: object) -> str:
+    """What the watch did, in words."""
+    if not isinstance(action, Mapping):
+        return "nothing yet: the watch was still writing the incident"
+    if action.get("taken") != "restart":
+        return f"recorded, not restarted: {action.get('why') or 'no reason given'}"
+    if action.get("ok") is None:
+        return f"restart under way (main PID {action.get('old_main_pid')}) when fetched: fetch again for its outcome"
+    if action.get("ok"):
+        return (f"restarted: main PID {action.get('old_main_pid')} -> {action.get('main_pid')}, healthy again in "
+                f"{loads.seconds_words(action.get('seconds_to_healthy'))}")
+    return f"restart failed: {action.get('why') or 'not healthy in the health wait'}"
+
+
+def _load_words(action: object) -> str | None:
+    load = action.get("load") if isinstance(action, Mapping) else None
+    if not isinstance(load, Mapping):
+        return None
+    if load.get("error"):
+        return f"not recorded: {load['error']}"
+    return loads.load_words(load)
+
+
+def _frames(process: Mapping) -> list[str]:
+    """The main thread's innermost frames (else the first thread that has any)."""
+    threads = [t for t in process.get("py_spy") or [] if isinstance(t, Mapping) and t.get("frames")]
+    main = [t for t in threads if t.get("thread") in ("MainThread", str(process.get("pid")))]
+    chosen = (main or threads)[:1]
+    return list(chosen[0]["frames"][:FRAMES]) if chosen else []
+
+
+def _who(process: Mapping) -> str:
+    role = process.get("role") or "other"
+    return f"worker rank {process.get('rank')}" if role == "worker" else role
+
+
+def _process_row(process: Mapping) -> dict:
+    return {"who": _who(process), "name": process.get("name") or "?", "pid": process.get("pid"),
+            "state": process.get("state") or "?", "wchan": process.get("wchan") or "?",
+            "threads": len(process.get("threads") or []), "frames": _frames(process),
+            "py_spy_error": process.get("py_spy_error")}
+
+
+def _stall_words(stall: object) -> str:
+    if not isinstance(stall, Mapping):
+        return "?"
+    reading = stall.get("reading") if isinstance(stall.get("reading"), Mapping) else {}
+    busy = reading.get("busy")
+    held = f" with {busy:g} request(s) in flight" if isinstance(busy, (int, float)) else ""
+    limit = loads.seconds_words(stall.get("stall_s")) + (", derived" if stall.get("derived") else "")
+    return f"no step for {loads.seconds_words(stall.get('stalled_s'))}{held} (stall after {limit})"
+
+
+def _incident(host: str, path: Path) -> dict:
+    record = read_json(path / INCIDENT_JSON, "incident", IncidentInputError)
+    if not isinstance(record, Mapping):
+        raise IncidentInputError(f"incident {path / INCIDENT_JSON}: not a JSON object")
+    processes = [p for p in record.get("processes") or [] if isinstance(p, Mapping)]
+    processes.sort(key=lambda p: (ROLE_ORDER.get(p.get("role"), 3), p.get("rank") or 0, p.get("pid") or 0))
+    action = record.get("action")
+    return {"host": host, "time": record.get("time") or path.name, "dir": str(path),
+            "verdict": record.get("verdict") or "?", "stall": _stall_words(record.get("stall")),
+            "taken": action.get("taken") if isinstance(action, Mapping) else None,
+            "ok": action.get("ok") if isinstance(action, Mapping) else None,
+            "action": action_words(action), "load": _load_words(action),
+            "processes": [_process_row(p) for p in processes],
+            "nccl": ", ".join(f"{k}={v}" for k, v in sorted((record.get("nccl_environment") or {}).items()))
+                    or "none set",
+            "files": sorted(p.name for p in path.iterdir() if p.name != INCIDENT_JSON)}
+
+
+def summary(artifacts: str | Path) -> dict:
+    """Every host's fetched incidents under ``artifacts`` (``<host>/incidents/``), newest first per host."""
+    root = Path(artifacts)
+    if not root.is_dir():
+        raise IncidentInputError(f"artifacts {root}: no such directory (run playbooks/incidents.yml first)")
+    hosts = []
+    for incidents_dir in sorted(root.glob(f"*/{INCIDENTS}")):
+        host = incidents_dir.parent.name
+        state_path = incidents_dir / STATE_JSON
+        state = read_json(state_path, "watch state", IncidentInputError) if state_path.is_file() else None
+        found = sorted((p for p in incidents_dir.iterdir() if NAME.match(p.name) and (p / INCIDENT_JSON).is_file()),
+                       key=lambda p: p.name, reverse=True)
+        hosts.append({"host": host, "said": state.get("said") if isinstance(state, Mapping) else None,
+                      "restarts": len(state.get("restarts") or []) if isinstance(state, Mapping) else None,
+                      "incidents": [_incident(host, p) for p in found]})
+    every = [i for h in hosts for i in h["incidents"]]
+    return {"hosts": hosts, "count": len(every),
+            "restarted": sum(1 for i in every if i["taken"] == "restart" and i["ok"]),
+            "failed": sum(1 for i in every if i["taken"] == "restart" and i["ok"] is False),
+            "recorded": sum(1 for i in every if i["taken"] not in ("restart", None)),
+            "newest": max(every, key=lambda i: i["time"], default=None)}
+
+
+def headline(s: Mapping) -> str:
+    """One line: how many incidents on how many hosts, what the watch did, the newest's verdict."""
+    hosts = len(s["hosts"])
+    if not s["count"]:
+        return f"no incident on {hosts} host(s)"
+    parts = [f"{s['restarted']} restarted"]
+    if s["failed"]:
+        parts.append(f"{s['failed']} restart(s) failed")
+    if s["recorded"]:
+        parts.append(f"{s['recorded']} recorded only")
+    newest = s["newest"]
+    return (f"{s['count']} incident(s) on {sum(1 for h in s['hosts'] if h['incidents'])} of {hosts} host(s): "
+            f"{', '.join(parts)}; newest {newest['host']} {newest['time']}: {newest['verdict']}")
+
+
+# ------------------------------------------------------------------------------------------- command
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="The watch's incidents fetched by playbooks/incidents.yml: "
+                                                       "which to fetch, and their report.",
+                                epilog="Exit status: 0 on success, 2 on bad input or usage (one line on stderr).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    f = sub.add_parser("pending", help="of a host's incidents, those to fetch (not here, or unfinished), as JSON")
+    f.add_argument("dir", metavar="DIR", help="the host's fetched incidents (artifacts/HOST/incidents)")
+    f.add_argument("names", nargs="*", metavar="NAME", help="the incident directories on the host")
+    s = sub.add_parser("report", help="write artifacts/incidents.md over every host's incidents; print each one")
+    s.add_argument("dir", metavar="ARTIFACTS", help="the artifacts directory (artifacts/HOST/incidents inside)")
+    s.add_argument("--template", help="a report template instead of the shipped incidents_report.md.j2")
+    s.add_argument("--no-write", action="store_true", help="print only (what --check runs)")
+    return p
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    if args.command == "pending":
+        return [json.dumps(pending(args.dir, args.names))]
+    s = summary(args.dir)
+    lines = [f"{i['host']} {i['time']}: {i['verdict']}; {i['action']}" for h in s["hosts"] for i in h["incidents"]]
+    if not args.no_write:
+        out = Path(args.dir) / REPORT
+        write_text(out, render(args.template, "incidents_report.md.j2", {"s": s, "headline": headline(s)},
+                               error=IncidentInputError))
+        lines.append(f"report: {out}")
+    return [*lines, headline(s)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_command(PROG, lambda: "\n".join(run(args)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
