@@ -192,7 +192,6 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="write artifacts/incidents.md over every host's incidents; print each one")
     s.add_argument("dir", metavar="ARTIFACTS", help="the artifacts directory (artifacts/HOST/incidents inside)")
     s.add_argument("--template", help="a report template instead of the shipped incidents_report.md.j2")
-    s.add_argument("--no-write", action="store_true", help="print only (what --check runs)")
     return p
 
 
@@ -201,12 +200,10 @@ def run(args: argparse.Namespace) -> list[str]:
         return [json.dumps(pending(args.dir, args.names))]
     s = summary(args.dir)
     lines = [f"{i['host']} {i['time']}: {i['verdict']}; {i['action']}" for h in s["hosts"] for i in h["incidents"]]
-    if not args.no_write:
-        out = Path(args.dir) / REPORT
-        write_text(out, render(args.template, "incidents_report.md.j2", {"s": s, "headline": headline(s)},
-                               error=IncidentInputError))
-        lines.append(f"report: {out}")
-    return [*lines, headline(s)]
+    out = Path(args.dir) / REPORT
+    write_text(out, render(args.template, "incidents_report.md.j2", {"s": s, "headline": headline(s)},
+                           error=IncidentInputError))
+    return [*lines, f"report: {out}", headline(s)]
 
 
 def main(argv: list[str] | None = None) -> int:

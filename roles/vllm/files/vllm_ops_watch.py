@@ -407,8 +407,11 @@ def collect(cfg, props, metrics_text, stall, now=None):
 
 
 def _write(path, text):
-    with open(path, "w", encoding="utf-8") as fh:
+    """Whole or not at all: a reader (the incidents' fetch, an operator's jq) never sees half a file."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
+    os.replace(tmp, path)
 
 
 def save(path, incident):

@@ -100,16 +100,16 @@ def test_the_report_reads_every_hosts_incidents_newest_first(tmp_path, capsys):
         "Permission denied |"]
 
 
-def test_check_mode_writes_nothing_and_bad_input_is_one_line(tmp_path, capsys):
+def test_bad_input_is_one_line_and_an_unfinished_restart_says_so(tmp_path, capsys):
     write(tmp_path / "h1" / "incidents" / "20261204T100000Z", "incident.json", "[]")
-    assert incidents.main(["report", str(tmp_path), "--no-write"]) == 2
+    assert incidents.main(["report", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == (
         f"vllm-incidents-report: error: incident {tmp_path}/h1/incidents/20261204T100000Z/incident.json: "
         "not a JSON object")
+    assert not (tmp_path / "incidents.md").exists()
     assert incidents.main(["report", str(tmp_path / "none")]) == 2
     assert "no such directory (run playbooks/incidents.yml first)" in capsys.readouterr().err
     write(tmp_path / "h1" / "incidents" / "20261204T100000Z", "incident.json",
           an_incident("20261204T100000Z", {"taken": "restart", "ok": None, "old_main_pid": 10}))
-    assert incidents.main(["report", str(tmp_path), "--no-write"]) == 0
-    assert "restart under way (main PID 10) when fetched" in capsys.readouterr().out
-    assert not (tmp_path / "incidents.md").exists()
+    assert incidents.main(["report", str(tmp_path)]) == 0
+    assert "restart under way (main PID 10) when fetched: fetch again for its outcome" in capsys.readouterr().out
