@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -20,6 +21,8 @@ FAULT_DIR = "/run/vllm-standin"  # the stand-in's fault files (molecule/resource
 LOCK = "/run/vllm-ops/job.lock"
 # The lock of releases before the job lock, honoured until stale.
 OLD_LOCK = "/run/vllm-ops/campaign.lock"
+INCIDENTS = "/var/lib/vllm-ops/incidents"  # the watch's (docs/watch.md), one directory per incident
+TRAFFIC = "/run/vllm-ops-test-traffic"  # while it exists, start_traffic's senders send
 
 
 class Play:
@@ -120,3 +123,28 @@ def leave_normal(host) -> None:
 
 def holders(host, device: str) -> list[int]:
     return [int(p) for p in host.run(f"fuser {device} 2>/dev/null").stdout.split()]
+
+
+def start_traffic(host, model: str, senders: int = 2, tokens: int = 200) -> None:
+    """Users on the host: each sender sends its next completion (``tokens`` long) as soon as one
+    returns, until :func:`stop_traffic`, so that the server has requests in flight at any moment."""
+    body = json.dumps({"model": model, "prompt": "hello", "max_tokens": tokens, "ignore_eos": True})
+    script = (f"while [ -e {TRAFFIC} ]; do curl -s -o /dev/null -m 600 -H 'Content-Type: application/json' "
+              f"-d {shlex.quote(body)} http://127.0.0.1:8000/v1/completions; done")
+    host.check_output(f"touch {TRAFFIC}")
+    for _ in range(senders):
+        host.run(f"nohup sh -c {shlex.quote(script)} >/dev/null 2>&1 &")
+
+
+def stop_traffic(host) -> None:
+    """The senders send no more (each finishes the request it is in)."""
+    host.run(f"rm -f {TRAFFIC}")
+
+
+def incident_names(host) -> set[str]:
+    """The watch's incidents on the host, by name (their UTC time)."""
+    return set(host.check_output(f"ls -1 {INCIDENTS} 2>/dev/null | grep -E '^[0-9]{{8}}T[0-9]{{6}}Z$' || true").split())
+
+
+def read_incident(host, name: str) -> dict:
+    return json.loads(host.file(f"{INCIDENTS}/{name}/incident.json").content_string)

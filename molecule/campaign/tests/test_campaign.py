@@ -12,7 +12,20 @@ import subprocess
 import pytest
 
 from conftest import assert_campaign_loads
-from testlib import FAULT_DIR, LOCK, OLD_LOCK, UNIT, holders, run_playbook, start_playbook, wait_for
+from testlib import (
+    FAULT_DIR,
+    LOCK,
+    OLD_LOCK,
+    UNIT,
+    holders,
+    incident_names,
+    read_incident,
+    run_playbook,
+    start_playbook,
+    start_traffic,
+    stop_traffic,
+    wait_for,
+)
 
 TRACE_DIR = "/var/lib/vllm/traces"
 DECODE = re.compile(r"^execute_context_0\(0\)_generation_\d+\(\d+\)$")
@@ -286,8 +299,24 @@ def test_an_armed_host_is_profiled_as_it_runs_with_zero_downtime(host, campaign)
     assert deploy.rc == 0, deploy.output[-3000:]
     try:
         pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
-        play, artifacts = campaign("-e", armed)
+        # Under the users' traffic, each rank's flush holds the engine 20 s, past the watch's stall
+        # time (10 s, host_vars): the watch keeps the evidence and, the campaign holding the host's
+        # lock, restarts nothing.
+        before = incident_names(host)
+        host.check_output(f"echo 20 > {FAULT_DIR}/stop-profile-slow")
+        start_traffic(host, "kimi-k2.5")  # inventory/sandbox's served name
+        try:
+            play, artifacts = campaign("-e", armed)
+        finally:
+            stop_traffic(host)
+            host.run(f"rm -f {FAULT_DIR}/stop-profile-slow")
         assert play.rc == 0, play.output[-4000:]
+        wait_for(lambda: incident_names(host) - before, "the watch's incident of the slow flush", timeout_s=60)
+        (name,) = incident_names(host) - before
+        incident = read_incident(host, name)
+        assert incident["stall"]["reading"]["busy"] > 0 and incident["stall"]["stalled_s"] >= 10
+        assert incident["action"]["taken"] == "none", incident["action"]
+        assert re.fullmatch(rf"campaign \S+ holds the host's lock \({LOCK}\)", incident["action"]["why"])
         (campaign_dir,) = [d for d in (artifacts / host.backend.hostname).iterdir() if d.is_dir()]
         record = json.loads((campaign_dir / "campaign.json").read_text())
         assert record["path"].startswith("live")

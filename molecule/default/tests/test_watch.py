@@ -1,8 +1,9 @@
 """The watch (vllm-ops-watch.service) on the deployed host, its stall time 20 s (host_vars, as the
 issue's acceptance test deploys it): an idle service watched for two minutes keeps its main process;
-an engine stopped with SIGSTOP under load is found, its evidence kept (a Python stack per process; a
-verdict naming the engine and its frame) and restarted within two minutes; past the restart limit the
-watch restarts nothing and exits saying why."""
+a load slower than the stall time is left alone; an engine stopped with SIGSTOP under load is found,
+its evidence kept (a Python stack per process; a verdict naming the engine and its frame) and
+restarted within two minutes; past the restart limit the watch restarts nothing and exits saying why;
+playbooks/incidents.yml fetches and reads the incidents."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import UNIT, run_playbook, wait_for
+from testlib import FAULT_DIR, UNIT, run_playbook, wait_for
 
 WATCH = "vllm-ops-watch"
 INCIDENTS = "/var/lib/vllm-ops/incidents"
@@ -89,6 +90,30 @@ def test_an_idle_service_watched_for_two_minutes_keeps_its_main_pid(host):
     assert prop(host, server, "MainPID") == main_pid and incidents(host) == []
     state = json.loads(host.file(f"{INCIDENTS}/watch-state.json").content_string)
     assert state["said"] == "idle" and state["stall_s"] == STALL_S and state["restarts"] == []
+
+
+def test_a_load_slower_than_the_stall_time_is_left_alone(host):
+    """A start whose load outlasts the stall time (30 s against 20, the stand-in's load-slow): /metrics
+    refuses connections the whole load, so the watch says so and does nothing."""
+    server = f"{UNIT}.service"
+    restarts, before = prop(host, server, "NRestarts"), incidents(host)
+    said = set()
+
+    def up():
+        said.add(json.loads(host.file(f"{INCIDENTS}/watch-state.json").content_string)["said"])
+        return healthy(host) and prop(host, server, "ActiveState") == "active"
+
+    host.check_output(f"echo 30 > {FAULT_DIR}/load-slow")
+    try:
+        host.check_output(f"systemctl restart --no-block {server}")
+        wait_for(lambda: not healthy(host), "the restart to begin")
+        wait_for(up, "the slow load's end", timeout_s=180)
+    finally:
+        host.run(f"rm -f {FAULT_DIR}/load-slow")
+    loaded_s = monotonic_s(host) - int(prop(host, server, "ExecMainStartTimestampMonotonic")) / 1e6
+    assert loaded_s >= 30 > STALL_S
+    assert "not answering (loading or stopped)" in said
+    assert prop(host, server, "NRestarts") == restarts and incidents(host) == before
 
 
 def test_an_engine_stopped_under_load_is_restarted_with_every_processs_evidence(host):

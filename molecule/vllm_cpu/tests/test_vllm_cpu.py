@@ -13,7 +13,7 @@ import re
 import pytest
 
 from conftest import MODEL, SERVER_ENV, VENV
-from testlib import UNIT, holders, wait_for
+from testlib import UNIT, holders, incident_names, read_incident, start_traffic, stop_traffic, wait_for
 
 BASE = "http://127.0.0.1:8000"
 TRACE_DIR = "/var/lib/vllm/traces"
@@ -91,6 +91,42 @@ def test_the_simulated_gpu_is_held_by_the_real_engine_and_worker(host):
     assert len(workers) == 2 and workers <= held
     apps = host.check_output("nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader")
     assert workers <= {int(line.split(",")[0]) for line in apps.splitlines()}
+
+
+def requests_running(host) -> float:
+    text = http(host, "GET", "/metrics")[1]
+    return sum(float(v) for v in re.findall(r"^vllm:num_requests_running\{[^}]*\} (\S+)$", text, re.M))
+
+
+def test_the_watch_restarts_the_real_server_whose_engine_stopped_under_load(host, healthy_after):
+    """vLLM's EngineCore SIGSTOPped with requests running: the watch (stall time 30 s, host_vars) keeps
+    the Python stack of every process (the stopped engine's read without attaching), names the engine,
+    restarts the server through systemd and records the new start's load, phase by phase."""
+    pid = main_pid(host)
+    invocation = host.check_output(f"systemctl show -p InvocationID --value {UNIT}")
+    (engine,) = [p for p, name in process_tree(host, pid).items() if name == "VLLM::EngineCor"]
+    before = incident_names(host)
+    start_traffic(host, "tiny-llama", tokens=256)
+    try:
+        wait_for(lambda: requests_running(host) > 0, "requests running")
+        host.check_output(f"kill -STOP {engine}")
+    finally:
+        stop_traffic(host)
+    wait_for(lambda: host.check_output(f"systemctl show -p InvocationID --value {UNIT}") != invocation
+             and http(host, "GET", "/health")[0] == 200, "the watch's restart, healthy", timeout_s=300)
+    assert main_pid(host) != pid
+    wait_for(lambda: [read_incident(host, n)["action"].get("ok") for n in incident_names(host) - before] == [True],
+             "the restart's outcome recorded", timeout_s=60)
+    (name,) = incident_names(host) - before
+    incident = read_incident(host, name)
+    assert incident["verdict"].startswith(f"the engine (VLLM::EngineCore, pid {engine}) is stopped (State T "
+                                          "(stopped), wait channel do_signal_stop) in "), incident["verdict"]
+    by_role = {p["role"]: p for p in incident["processes"]}
+    for role in ("API server", "engine", "worker"):
+        assert by_role[role]["py_spy"] and any(t["frames"] for t in by_role[role]["py_spy"]), by_role[role]
+    load = incident["action"]["load"]
+    measured = {p["name"]: p["seconds"] for p in load["phases"] if p["status"] == "measured"}
+    assert load["ready"] and measured.get("weights", 0) > 0 and load["vllm_version"] == "0.32.0", load
 
 
 def test_a_campaign_profiles_the_real_server_and_restores_it(host, play, tmp_path, healthy_after):

@@ -21,7 +21,7 @@ from vllm_standin.config import (
 )
 from vllm_standin.generation import Seqs
 from vllm_standin.handler import Handler, load_middlewares, routes
-from vllm_standin.knobs import env_float
+from vllm_standin.knobs import env_float, fault
 from vllm_standin.logs import fail_with_traceback, log, uvicorn_log
 from vllm_standin.metrics import Metrics
 from vllm_standin.processes import ENTRY, spawn_titled
@@ -181,7 +181,7 @@ def api_main(argv):
         "gpu_memory_utilization": args.gpu_memory_utilization,
         "max_model_len": max_model_len, "enforce_eager": args.enforce_eager,
         "shards": n_shards, "weights_bytes": weights_bytes, "load_format": args.load_format or "auto",
-        "load_s": max(0.0, env_float("VLLM_STANDIN_LOAD_S", 6.0)),
+        "load_s": max(0.0, float(fault("load-slow") or env_float("VLLM_STANDIN_LOAD_S", 6.0))),
         "profiler": pcfg or {"profiler": None}, "spec": spec,
     })
     code = wait_for_engine(engine, stop)

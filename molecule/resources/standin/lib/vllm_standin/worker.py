@@ -40,6 +40,7 @@ from vllm_standin.traces import (
     write_trace_file,
 )
 
+SLOW_FLUSH_S = 30.0  # stop-profile-slow's flush when its file is empty
 SHARES = {"shards": 0.85, "post_load": 0.02, "compile": 0.06, "compile_cached": 0.01, "profile_run": 0.01,
           "kv_cache": 0.01, "cuda_graphs": 0.03, "engine_rest": 0.02}
 COMPILE_RANGE = "(1, 8192)"
@@ -281,7 +282,10 @@ class Worker:
         pcfg = self.cfg["profiler"]
         if prof is None or pcfg["profiler"] != "torch":
             return  # not active: vLLM's worker profiler ignores the stop
-        time.sleep(env_float("VLLM_STANDIN_FLUSH_S", 0.5))
+        # The flush: a real rank exports its ~80 MB trace here, for minutes, and the engine (which
+        # waits for every rank) steps no more meanwhile. stop-profile-slow holds it that long.
+        slow = fault("stop-profile-slow")
+        time.sleep(float(slow or SLOW_FLUSH_S) if slow is not None else env_float("VLLM_STANDIN_FLUSH_S", 0.5))
         trace_dir = pcfg["torch_profiler_dir"]
         try:
             os.makedirs(trace_dir, exist_ok=True)
