@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -142,8 +143,10 @@ def stop_traffic(host) -> None:
 
 
 def incident_names(host) -> set[str]:
-    """The watch's incidents on the host, by name (their UTC time)."""
-    return set(host.check_output(f"ls -1 {INCIDENTS} 2>/dev/null | grep -E '^[0-9]{{8}}T[0-9]{{6}}Z$' || true").split())
+    """The watch's incidents on the host, by name (their UTC time): those with their incident.json, which
+    the watch writes after the evidence (its directory exists from the first file on)."""
+    listed = host.check_output(f"ls -1 {INCIDENTS}/*/incident.json 2>/dev/null || true").split()
+    return {name for name in (Path(path).parent.name for path in listed) if re.fullmatch(r"\d{8}T\d{6}Z", name)}
 
 
 def read_incident(host, name: str) -> dict:

@@ -169,7 +169,7 @@ def weight_bytes(model_path):
 
 
 def load_record(entries, props, model_path, unit, invocation, healthy_at=None):
-    """The load's record (vllm_ops_loads.parse_load) of the journal entries of one start, timed from the
+    """The load's record (:func:`parse_load`) of the journal entries of one start, timed from the
     unit's ExecMainStartTimestampMonotonic."""
     t0 = None
     try:
@@ -188,7 +188,6 @@ def load_record(entries, props, model_path, unit, invocation, healthy_at=None):
     record.update(unit=unit, invocation_id=invocation, started_at=started,
                   healthy_s=round(healthy_at - t0, 3) if healthy_at is not None and t0 is not None else None)
     return record
-
 
 
 def split_lines(lines):

@@ -15,10 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import FAULT_DIR, UNIT, run_playbook, wait_for
+from testlib import FAULT_DIR, INCIDENTS, UNIT, incident_names, read_incident, run_playbook, wait_for
 
 WATCH = "vllm-ops-watch"
-INCIDENTS = "/var/lib/vllm-ops/incidents"
 STALL_S = 20  # molecule/default/host_vars
 SERVED = "kimi-k2.5"  # inventory/sandbox
 
@@ -33,9 +32,7 @@ def monotonic_s(host):
 
 def incidents(host):
     """Each incident.json on the host, oldest first."""
-    names = host.check_output(f"ls -1 {INCIDENTS} 2>/dev/null || true").split()
-    return [json.loads(host.file(f"{INCIDENTS}/{n}/incident.json").content_string) for n in sorted(names)
-            if host.file(f"{INCIDENTS}/{n}/incident.json").exists]
+    return [read_incident(host, name) for name in sorted(incident_names(host))]
 
 
 def engine_pid(host):
