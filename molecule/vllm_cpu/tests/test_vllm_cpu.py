@@ -135,6 +135,9 @@ def test_a_campaign_profiles_the_real_server_and_restores_it(host, play, tmp_pat
     assert run.rc == 0, run.output[-4000:]
     # The health waits printed the real server's progress from the journal.
     assert re.search(r"4/4 shards loaded", run.output), run.output[-4000:]
+    # The release check before the switch read the help the release's first check (converge's) kept.
+    check = run.result("Check the unit's arguments against the vLLM release that will run them")
+    assert check["checked"] and check["cached"] and check["version"] == "0.32.0", check
     (campaign_dir,) = [d for d in (artifacts / host.backend.hostname).iterdir() if d.is_dir()]
     traces = sorted(p.name for p in campaign_dir.glob("*.pt.trace.json.gz"))
     assert len(traces) == 1 and re.search(r"(^|_)rank0\.\d+\.pt\.trace\.json\.gz$", traces[0]), traces

@@ -13,7 +13,11 @@ description:
     C(--profiler-config) (JSON or dotted) is not a field of its C(ProfilerConfig).
   - When O(argv) passes C(--middleware MODULE.CLASS) for a module in O(fence_dir), imports it with the
     release's own Python (the interpreter the executable's first line names) and fails when it does not import.
-  - Reads only. Skipped, saying so, when the unit's running server already runs exactly O(argv)
+  - The help of a release is kept in O(cache_dir) under a digest of the release's files and the
+    environment (module_utils/vllm_serve_help_lib.py release_fingerprint): the next switch to the same
+    release reads it instead of importing vLLM again (tens of seconds on a GPU host).
+  - Reads only, but for that cache (never written in check mode).
+    Skipped, saying so, when the unit's running server already runs exactly O(argv)
     (nothing would switch), and in check mode when the executable is not installed yet.
   - Logic and tests in module_utils/vllm_serve_help_lib.py.
 options:
@@ -33,6 +37,10 @@ options:
   fence_dir:
     description: The directory of the loopback fence module, put first on the import path of the fence check.
     type: path
+  cache_dir:
+    description: Where each release's help is kept (root's, 0755); empty keeps none.
+    type: path
+    default: /var/cache/vllm-ops/serve-help
   timeout_s:
     description: Seconds the help and the import may take each.
     type: float
@@ -69,6 +77,10 @@ arguments:
   description: How many argument spellings the release's help lists.
   type: int
   returned: always
+cached:
+  description: Whether the help was read from O(cache_dir) instead of run.
+  type: bool
+  returned: always
 """
 
 import os
@@ -79,9 +91,11 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.vllm_serve_help_lib import (
     arguments,
+    cached_help,
     config_fields,
     help_version,
     problems,
+    release_fingerprint,
     running_matches,
     shebang_python,
 )
@@ -141,13 +155,14 @@ def main():
             unit=dict(type="str", default=""),
             environment=dict(type="dict", default={}),
             fence_dir=dict(type="path"),
+            cache_dir=dict(type="path", default="/var/cache/vllm-ops/serve-help"),
             timeout_s=dict(type="float", default=300),
         ),
         supports_check_mode=True,
     )
     p = module.params
     argv, executable = p["argv"], p["argv"][0]
-    result = dict(changed=False, checked=False, version=None, problems=[], arguments=0)
+    result = dict(changed=False, checked=False, version=None, problems=[], arguments=0, cached=False)
     if running_matches(running_cmdline(module, p["unit"]), argv):
         module.exit_json(reason="the running server already runs exactly these arguments: nothing switches", **result)
     if not os.access(executable, os.X_OK):
@@ -159,7 +174,10 @@ def main():
     try:
         env = dict(os.environ, HOME=home)
         env.update({str(k): str(v) for k, v in p["environment"].items() if v is not None})
-        rc, text = run([executable, "serve", "--help=all"], env, p["timeout_s"])
+        key = release_fingerprint(executable, p["environment"])
+        rc, text, result["cached"] = cached_help(p["cache_dir"], key,
+                                                 lambda: run([executable, "serve", "--help=all"], env, p["timeout_s"]),
+                                                 write=not module.check_mode)
         if rc != 0:
             tail = " | ".join((text or "").strip().splitlines()[-5:])
             module.fail_json(msg="%s serve --help=all failed (%s): %s. Nothing was stopped." % (
@@ -180,7 +198,8 @@ def main():
                              "drop or rename it for this release (vllm_extra_args, a variant's extra_args, "
                              "vllm_profiler_config), or stay on the release that runs." % (
                                  result["version"] or "(release unknown)", executable, "; ".join(found)), **result)
-    module.exit_json(reason="every argument is one of the %d %s lists" % (len(known), executable), **result)
+    module.exit_json(reason="every argument is one of the %d %s lists%s" % (
+        len(known), executable, " (its help as kept in %s)" % p["cache_dir"] if result["cached"] else ""), **result)
 
 
 if __name__ == "__main__":

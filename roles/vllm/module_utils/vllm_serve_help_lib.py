@@ -18,9 +18,15 @@ Standard library only: it runs on the vLLM hosts with their own Python (3.9 or n
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import glob
+import hashlib
 import json
+import os
 import re
+import shutil
+import tempfile
 
 _ARGUMENT = re.compile(r"^  (-\S.*)$")
 _SPELLINGS = re.compile(r", (?=-)")
@@ -156,3 +162,60 @@ def shebang_python(first_line, fallback="/usr/bin/python3"):
     if words[0].endswith("/env") and len(words) > 1:
         return words[-1]
     return words[0]
+
+
+def release_fingerprint(executable, environment):
+    """One digest of what a release's ``serve --help=all`` depends on, for its cache: the executable
+    (path, inode, size, mtime), the interpreter its first line names, every ``site-packages``
+    directory of that interpreter's prefix (pip creates and removes a ``*.dist-info`` there at every
+    install, upgrade or reinstall, which changes the directory's mtime) and the help run's
+    environment. A release edited in place below ``site-packages`` is not seen: releases are
+    installed side by side and never edited (docs/deploy.md)."""
+    parts = [repr(sorted((str(k), str(v)) for k, v in environment.items()))]
+
+    def stat(path):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return "%s missing" % path
+        return "%s %d %d %d" % (path, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    parts.append(stat(os.path.realpath(executable)))
+    try:
+        with open(executable, encoding="utf-8", errors="replace") as handle:
+            python = shebang_python(handle.readline().strip(), fallback="")
+    except OSError:
+        python = ""
+    if python and not os.path.isabs(python):
+        python = shutil.which(python) or ""
+    if python:
+        parts.append(stat(python))
+        prefix = os.path.dirname(os.path.dirname(python))
+        for pattern in ("lib/python*/site-packages", "lib64/python*/site-packages"):
+            parts.extend(stat(d) for d in sorted(glob.glob(os.path.join(prefix, pattern))))
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
+
+
+def cached_help(cache_dir, key, produce, write=True, keep=32):
+    """``(rc, text, cached)``: the help kept in ``cache_dir`` under ``key``, or ``produce()``'s
+    ``(rc, text)``, kept there (atomically, 0644) when it exited 0 and lists arguments and
+    ``write`` (not in check mode). Keeps the ``keep`` newest entries. No ``cache_dir``: no cache."""
+    path = os.path.join(cache_dir, key + ".txt") if cache_dir else None
+    if path and os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            return 0, handle.read(), True
+    rc, text = produce()
+    if not (path and write and rc == 0 and arguments(text or "")):
+        return rc, text, False
+    os.makedirs(cache_dir, mode=0o755, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".help-")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    entries = sorted((e for e in os.scandir(cache_dir) if e.name.endswith(".txt")),
+                     key=lambda e: e.stat().st_mtime_ns, reverse=True)
+    for entry in entries[keep:]:
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)
+    return rc, text, False

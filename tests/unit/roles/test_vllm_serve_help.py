@@ -225,3 +225,63 @@ def test_the_stored_032_help_is_what_the_real_build_prints_and_passes_the_produc
     assert len(known) > 300 and lib.help_version(help_text) == "0.32.0"
     assert lib.problems(unit_argv(*PRODUCTION_ARGS), known, {"--profiler-config": lib.config_fields(help_text)}) == []
     assert lib.problems(unit_argv("--no-such-flag"), known, {}) == ["--no-such-flag is not an argument of this release"]
+
+
+def make_release(root: Path, version: str) -> Path:
+    """A release laid out as the role installs one: a venv's python, site-packages, bin/vllm."""
+    (root / version / "lib/python3.11/site-packages").mkdir(parents=True)
+    (root / version / "bin").mkdir()
+    python = root / version / "bin/python"
+    python.write_text("")
+    executable = root / version / "bin/vllm"
+    executable.write_text(f"#!{python}\nprint('help')\n")
+    return executable
+
+
+def test_a_releases_fingerprint_changes_with_what_its_help_depends_on_and_nothing_else(tmp_path):
+    exe = make_release(tmp_path, "0.32.0")
+    env = {"VLLM_TARGET_DEVICE": "cpu"}
+    first = lib.release_fingerprint(str(exe), env)
+    assert lib.release_fingerprint(str(exe), dict(env)) == first
+    # Another release side by side, another environment: another help.
+    assert lib.release_fingerprint(str(make_release(tmp_path, "0.33.0")), env) != first
+    assert lib.release_fingerprint(str(exe), {"VLLM_TARGET_DEVICE": "cuda"}) != first
+    # pip installing into the release (a dist-info created in site-packages) is a new release.
+    site = tmp_path / "0.32.0/lib/python3.11/site-packages"
+    before = site.stat().st_mtime_ns
+    (site / "vllm-0.32.1.dist-info").mkdir()
+    os.utime(site, ns=(before + 10**9, before + 10**9))
+    second = lib.release_fingerprint(str(exe), env)
+    assert second != first
+    # The executable replaced (another inode) is a new release too.
+    exe.unlink()
+    exe.write_text(f"#!{tmp_path}/0.32.0/bin/python\nprint('help')\n")
+    assert lib.release_fingerprint(str(exe), env) != second
+
+
+def test_a_releases_help_is_run_once_and_read_from_the_cache_after(tmp_path):
+    runs = []
+
+    def produce(rc=0, text=HELP):
+        runs.append(rc)
+        return rc, text
+
+    cache = tmp_path / "cache"
+    assert lib.cached_help(str(cache), "a", produce) == (0, HELP, False)
+    assert lib.cached_help(str(cache), "a", produce) == (0, HELP, True)
+    assert runs == [0]
+    assert oct((cache / "a.txt").stat().st_mode & 0o777) == "0o644"
+    # A help that failed, or listed nothing, is never kept; nor one run in check mode.
+    assert lib.cached_help(str(cache), "b", lambda: produce(1, "Traceback")) == (1, "Traceback", False)
+    assert lib.cached_help(str(cache), "c", lambda: produce(0, "no arguments here")) == (0, "no arguments here", False)
+    assert lib.cached_help(str(cache), "d", produce, write=False) == (0, HELP, False)
+    assert sorted(p.name for p in cache.iterdir()) == ["a.txt"]
+    # No cache directory: every call runs.
+    assert lib.cached_help("", "a", produce)[2] is False and len(runs) == 5
+
+
+def test_the_cache_keeps_only_its_newest_entries(tmp_path):
+    for i, key in enumerate("abcd"):
+        lib.cached_help(str(tmp_path), key, lambda: (0, HELP), keep=2)
+        os.utime(tmp_path / f"{key}.txt", ns=(i * 10**9, i * 10**9))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "d.txt"]
