@@ -1,5 +1,8 @@
 """tune.yml against vLLM's real CPU build: a plan of one argument variant, end to end, measured with
-the real `vllm bench serve` at temperature 0 (the tune's sandbox suite is molecule/tune/tests/test_tune.py)."""
+the real `vllm bench serve` at temperature 0 (the tune's sandbox suite is molecule/tune/tests/test_tune.py).
+The tune's measurement is an experiment (the baseline, the variant, the baseline again, through the
+benchmark piece every job shares): this test is also the experiment's on the real build
+(experiment.yml's own tests are the stand-in's, molecule/tune/tests/test_experiment.py)."""
 
 from __future__ import annotations
 
@@ -36,7 +39,11 @@ def test_a_tune_of_one_argument_variant_runs_end_to_end_with_vllms_own_bench(hos
         ("baseline", 1), ("baseline", 2), ("max-num-seqs=1", 1)]
     for entry in experiment["runs"]:
         result = json.loads((directory / "experiment" / entry["file"]).read_text())
+        # vLLM's own result file, as its bench wrote it on the host.
+        assert result["backend"] == "openai" and result["max_concurrency"] == 4
         assert result["completed"] == 8 and result["failed"] == 0 and result["total_output_tokens"] == 8 * 16
+        # The bench piece's /metrics reading: the real server counted the run's requests (warm-ups too).
+        assert entry["metrics"]["request_success_total"] >= 8
     # The real vllm bench serve was asked for greedy sampling.
     cmd = run.result("Benchmark each concurrency and repeat of baseline")["results"][0]["cmd"]
     assert cmd[cmd.index("--temperature") + 1] == "0"
@@ -44,7 +51,9 @@ def test_a_tune_of_one_argument_variant_runs_end_to_end_with_vllms_own_bench(hos
     assert report["costs"]["model_loads"] == 2 and report["profile_path"] == "none"
     assert report["drift"]["measured"] is True
     assert run.result("Print the headline")["msg"].startswith("vllm-mol-cpu: ")
+    # The variant ran with its argument; the host is back on the normal command.
     assert "--max-num-seqs" not in host.file(f"/proc/{main_pid(host)}/cmdline").content_string
     assert main_pid(host) != before
+    assert not host.file(f"/etc/vllm/{UNIT}.variant.env").exists
     again = play("playbooks/restore.yml")
     assert again.rc == 0 and again.changed == 0, again.changed_tasks

@@ -296,37 +296,3 @@ def test_an_armed_server_fences_its_profiler_from_other_clients(host, play, tmp_
         assert run.rc == 0, run.output[-4000:]
     assert not host.file("/usr/local/lib/vllm-ops/python/vllm_ops_fence.py").exists
     assert b"--middleware" not in host.file(f"/proc/{main_pid(host)}/cmdline").content
-
-
-def test_an_experiment_measures_the_real_server_and_a_variant_with_vllms_own_bench(host, play, tmp_path,
-                                                                                   healthy_after):
-    # The baseline as it runs, then --max-num-seqs 1 (one request decodes at a time), then the
-    # baseline again: three loads of the real server, measured with the real vllm bench serve.
-    before = main_pid(host)
-    artifacts = tmp_path / "artifacts"
-    run = play("experiment.yml", "-e", json.dumps({
-        "vllm_experiment_artifacts_dir": str(artifacts),
-        "vllm_experiment_variants": [{"name": "max-num-seqs=1", "extra_args": ["--max-num-seqs", "1"]}],
-        "vllm_experiment_bench_environment": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
-        "vllm_experiment_input_len": 16, "vllm_experiment_output_len": 16, "vllm_experiment_concurrencies": [4],
-        "vllm_experiment_num_prompts": 8, "vllm_experiment_repeats": 1, "vllm_experiment_warmups": 1}))
-    assert run.rc == 0, run.output[-4000:]
-    (directory,) = [d for d in (artifacts / host.backend.hostname).iterdir() if d.is_dir()]
-    record = json.loads((directory / "experiment.json").read_text())
-    assert sorted((r["variant"], r["round"]) for r in record["runs"]) == [
-        ("baseline", 1), ("baseline", 2), ("max-num-seqs=1", 1)]
-    for entry in record["runs"]:
-        result = json.loads((directory / entry["file"]).read_text())
-        # vLLM's own result file, as its bench wrote it on the host.
-        assert result["backend"] == "openai" and result["max_concurrency"] == 4
-        assert result["completed"] == 8 and result["failed"] == 0
-        assert result["total_output_tokens"] == 8 * 16
-        # The module's /metrics reading: the server counted the run's requests (warm-ups too).
-        assert entry["metrics"]["request_success_total"] >= 8
-    report = json.loads((directory / "report.json").read_text())
-    assert [v["name"] for v in report["variants"] if v["name"] != "baseline"] == ["max-num-seqs=1"]
-    assert run.result("Print the headline")["msg"].startswith("vllm-mol-cpu: ")
-    # The variant ran with its argument; the host is back on the normal command.
-    assert "--max-num-seqs" not in host.file(f"/proc/{main_pid(host)}/cmdline").content_string
-    assert main_pid(host) != before
-    assert not host.file(f"/etc/vllm/{UNIT}.variant.env").exists
