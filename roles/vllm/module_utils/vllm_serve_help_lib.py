@@ -207,14 +207,23 @@ def cached_help(cache_dir, key, produce, write=True, keep=32):
     rc, text = produce()
     if not (path and write and rc == 0 and arguments(text or "")):
         return rc, text, False
-    os.makedirs(cache_dir, mode=0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".help-")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    entries = sorted((e for e in os.scandir(cache_dir) if e.name.endswith(".txt")),
-                     key=lambda e: e.stat().st_mtime_ns, reverse=True)
+    try:  # the cache only saves time: a directory that cannot be written keeps nothing, and says nothing
+        os.makedirs(cache_dir, mode=0o755, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".help-")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError:
+        return rc, text, False
+
+    def written(entry):
+        try:
+            return entry.stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    entries = sorted((e for e in os.scandir(cache_dir) if e.name.endswith(".txt")), key=written, reverse=True)
     for entry in entries[keep:]:
         with contextlib.suppress(OSError):
             os.unlink(entry.path)

@@ -285,3 +285,9 @@ def test_the_cache_keeps_only_its_newest_entries(tmp_path):
         lib.cached_help(str(tmp_path), key, lambda: (0, HELP), keep=2)
         os.utime(tmp_path / f"{key}.txt", ns=(i * 10**9, i * 10**9))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "d.txt"]
+
+
+def test_a_cache_that_cannot_be_written_keeps_nothing_and_the_help_is_still_read(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the directory should be
+    assert lib.cached_help(str(blocked / "cache"), "a", lambda: (0, HELP)) == (0, HELP, False)
