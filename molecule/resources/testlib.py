@@ -7,6 +7,7 @@ through Ansible's JSON callback.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -88,10 +89,32 @@ class Background:
         return self.proc.wait(timeout=timeout_s)
 
     def kill(self) -> None:
-        """SIGKILL, the playbook and every process it started, as a controller dies."""
+        """SIGKILL, the playbook and every process it started, as a controller dies. Ansible runs each
+        task's worker in a session of its own (WorkerProcess._detach), out of the playbook's process
+        group: those are found by parentage first, or they outlive the test, blocked."""
         if self.running:
+            for pid in descendants(self.proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` on this machine, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def start_playbook(playbook: str, *args: str, log: Path) -> Background:
