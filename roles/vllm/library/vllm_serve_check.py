@@ -93,11 +93,11 @@ from ansible.module_utils.vllm_serve_help_lib import (
     arguments,
     cached_help,
     config_fields,
+    executable_python,
     help_version,
     problems,
     release_fingerprint,
     running_matches,
-    shebang_python,
 )
 
 
@@ -135,11 +135,7 @@ def fence_problem(argv, fence_dir, executable, env, timeout_s):
     module_name, _, class_name = target.rpartition(".")
     if not module_name or not os.path.exists(os.path.join(fence_dir, module_name + ".py")):
         return None
-    try:
-        with open(executable, encoding="utf-8", errors="replace") as handle:
-            python = shebang_python(handle.readline().strip())
-    except OSError:
-        python = "/usr/bin/python3"
+    python = executable_python(executable)
     code = "import sys; sys.path.insert(0, %r); import %s as m; getattr(m, %r)" % (fence_dir, module_name, class_name)
     rc, out = run([python, "-c", code], env, timeout_s)
     if rc == 0:

@@ -164,6 +164,16 @@ def shebang_python(first_line, fallback="/usr/bin/python3"):
     return words[0]
 
 
+def executable_python(executable, fallback="/usr/bin/python3"):
+    """The interpreter ``executable``'s first line names (:func:`shebang_python`), or ``fallback``
+    when it names none or cannot be read."""
+    try:
+        with open(executable, encoding="utf-8", errors="replace") as handle:
+            return shebang_python(handle.readline().strip(), fallback)
+    except OSError:
+        return fallback
+
+
 def release_fingerprint(executable, environment):
     """One digest of what a release's ``serve --help=all`` depends on, for its cache: the executable
     (path, inode, size, mtime), the interpreter its first line names, every ``site-packages``
@@ -181,11 +191,7 @@ def release_fingerprint(executable, environment):
         return "%s %d %d %d" % (path, st.st_ino, st.st_size, st.st_mtime_ns)
 
     parts.append(stat(os.path.realpath(executable)))
-    try:
-        with open(executable, encoding="utf-8", errors="replace") as handle:
-            python = shebang_python(handle.readline().strip(), fallback="")
-    except OSError:
-        python = ""
+    python = executable_python(executable, fallback="")
     if python and not os.path.isabs(python):
         python = shutil.which(python) or ""
     if python:
@@ -210,11 +216,16 @@ def cached_help(cache_dir, key, produce, write=True, keep=32):
     try:  # the cache only saves time: a directory that cannot be written keeps nothing, and says nothing
         os.makedirs(cache_dir, mode=0o755, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".help-")
+    except OSError:
+        return rc, text, False
+    try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except OSError:
+    except OSError:  # a full disk: no half-written entry left behind
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         return rc, text, False
 
     def written(entry):
