@@ -68,7 +68,9 @@ def test_a_change_that_does_not_load_on_the_canary_is_rolled_back_and_never_reac
     entries = by_host(report)
     assert (entries[FIRST]["outcome"], entries[FIRST]["status"]) == ("did not load", "rolled back")
     assert "max_num_seqs" in entries[FIRST]["reason"], "the failure says what the server refused"
-    assert entries[FIRST]["after"] == {"version": "0.32.0", "executable": "/opt/vllm/0.32.0/bin/vllm"}
+    # What it runs now, read back from the rollback's process (the vllm role's read-back after every start).
+    assert entries[FIRST]["after"] == {"version": "0.32.0", "executable": "/opt/vllm/0.32.0/bin/vllm",
+                                       "read_back": True, "pid": first.main_pid()}
     assert entries[SECOND]["status"] == entries[THIRD]["status"] == "not reached" and report["stopped_at"] == FIRST
     # The canary runs its old unit again (restarted: the change, then the rollback), healthy.
     assert first.sha(UNIT_FILE) == before[FIRST][1] and first.main_pid() != before[FIRST][0]
@@ -183,7 +185,8 @@ def test_a_good_change_reaches_every_host_with_each_canarys_figures_and_downtime
     assert not report["stopped"] and report["counts"] == {"changed": 3}
     for name, box in hosts.items():
         assert served_version(box) == "0.33.0", name
-        assert entries[name]["after"] == {"version": "0.33.0", "executable": "/opt/vllm/0.33.0/bin/vllm"}
+        assert entries[name]["after"] == {"version": "0.33.0", "executable": "/opt/vllm/0.33.0/bin/vllm",
+                                          "read_back": True, "pid": box.main_pid()}, name
         assert entries[name]["before"] == {"version": "0.32.0", "executable": "/opt/vllm/0.32.0/bin/vllm"}, name
         job = json.loads((Path(entries[name]["job_dir"]) / "job.json").read_text())
         assert entries[name]["downtime_s"] == job["downtime"]["seconds_not_ready"] > 0, name
@@ -203,7 +206,7 @@ def test_a_good_change_reaches_every_host_with_each_canarys_figures_and_downtime
     headline = last_result(play, "Print the rollout's headline")["msg"]
     assert headline.startswith(f"{report['headline']} ({directory}/report.md)")
     assert report["headline"].startswith(f"rollout {directory.name}: 3/3 hosts on the change "
-                                         f"(vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm)); canary {FIRST}: ")
+                                         f"(vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm), read back); canary {FIRST}: ")
     again = run_playbook("playbooks/restore.yml")
     assert again.rc == 0 and again.changed == 0, again.changed_tasks
 

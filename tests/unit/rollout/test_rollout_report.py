@@ -8,6 +8,7 @@ import pytest
 from vllm_ops import loads
 from vllm_ops.rollout import RolloutInputError, build_report, load_rollout
 from vllm_ops.rollout.cli import main
+from vllm_ops.rollout.render import render_markdown
 from vllm_ops.rollout.report import reason_line
 
 from rollout_helpers import host_record, same, write_canary
@@ -31,6 +32,46 @@ def test_every_host_changed_says_what_runs_where_and_the_downtime(rollout_dir):
     assert report["headline"] == (
         "rollout 20261201T100000Z: 2/2 hosts on the change (vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm)); "
         f"{GATE_LINE}; downtime a 9.2 s, b 8.5 s")
+
+
+def test_what_each_host_runs_is_its_start_s_read_back_where_it_has_one(rollout_dir):
+    """A host's last start read back (the vllm role's vllm_readback) says what it runs: the release of
+    the executable's own distribution over /version, the executable's real path; a host with no start in
+    the job (nothing to read back) keeps /version and ExecStart, without "read back"."""
+    read = host_record("a", "canary", "kept")
+    read["readback"] = {"pid": 4242, "executable": "/opt/vllm/0.33.0/bin/vllm", "served_version": "0.33.0rc1",
+                        "release": {"name": "vllm", "version": "0.33.0", "path": "/x"}, "matches": True,
+                        "differences": []}
+    served = host_record("b", "fleet", "kept")
+    served["readback"] = {"pid": 7, "executable": "/srv/v/bin/vllm", "served_version": "0.33.0", "release": None}
+    d = rollout_dir(read, served, host_record("c", "fleet", "kept"), gate=gate_doc())
+    report = build_report(load_rollout(d), ["a", "b", "c"])
+    assert [e["after"] for e in report["entries"]] == [
+        {"version": "0.33.0", "executable": "/opt/vllm/0.33.0/bin/vllm", "read_back": True, "pid": 4242},
+        {"version": "0.33.0", "executable": "/srv/v/bin/vllm", "read_back": True, "pid": 7},
+        {"version": "0.33.0", "executable": "/opt/vllm/0.33.0/bin/vllm"}]
+    assert report["headline"].startswith(
+        "rollout 20261201T100000Z: 3/3 hosts on the change (vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm); "
+        "vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm), read back; vLLM 0.33.0 (/srv/v/bin/vllm), read back); ")
+    page = render_markdown(report)
+    assert "| a | canary | changed | vLLM 0.32.0 (`/opt/vllm/0.32.0/bin/vllm`) | vLLM 0.33.0 " \
+           "(`/opt/vllm/0.33.0/bin/vllm`), read back from PID 4242 |" in page
+    assert "| c | fleet | changed | vLLM 0.32.0 (`/opt/vllm/0.32.0/bin/vllm`) | vLLM 0.33.0 " \
+           "(`/opt/vllm/0.33.0/bin/vllm`) |" in page
+
+
+def test_a_change_every_host_already_ran_says_nothing_to_change(rollout_dir):
+    d = rollout_dir(host_record("a", "canary", "kept", restarted=False, after="0.32.0", downtime_s=0.0),
+                    host_record("b", "fleet", "kept", restarted=False, after="0.32.0", downtime_s=0.0))
+    report = build_report(load_rollout(d), ["a", "b"])
+    assert report["counts"] == {"unchanged": 2}
+    assert report["headline"] == ("rollout 20261201T100000Z: nothing to change: 2/2 hosts already ran it, none "
+                                  "restarted (vLLM 0.32.0 (/opt/vllm/0.32.0/bin/vllm)); downtime a 0.0 s, b 0.0 s")
+    d = rollout_dir(host_record("a", "canary", "kept"), host_record("b", "fleet", "kept", restarted=False),
+                    gate=gate_doc(), root="second")
+    assert build_report(load_rollout(d), ["a", "b"])["headline"].startswith(
+        "rollout 20261201T100000Z: 2/2 hosts on the change (vLLM 0.33.0 (/opt/vllm/0.33.0/bin/vllm)), "
+        "1 of them already ran it; ")
 
 
 def test_a_canary_that_regressed_stops_the_rollout_before_the_others(rollout_dir):
