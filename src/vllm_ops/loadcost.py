@@ -131,7 +131,7 @@ def expected(n_loads: int, load: Mapping) -> dict:
 def summary(items: list[Mapping], disk: Mapping | None) -> dict:
     """A job's loads for a report: ``{count, ready_s [s], disk, disk_words, loads [{n, variant, what, ready, total_s,
     failed_in, words, phases [{name, words, seconds, status}], weights, server (in words: :func:`server_words`),
-    against, against_words}], clause}``.
+    against, against_words, read_back (:func:`readback_words`)}], clause}``.
     ``clause`` is the headline's: ``2 loads, ready in 8.1 s (median), weights 6.8 s at 7.74 GB/s; disk floor
     not measured``, or null without loads."""
     out = []
@@ -147,10 +147,22 @@ def summary(items: list[Mapping], disk: Mapping | None) -> dict:
             "weights": dict(x.get("weights") or {}), "compile": dict(x.get("compile") or {}),
             "load_format": x.get("load_format"), "server": server_words(x),
             "against": verdict, "against_words": L.verdict_words(verdict),
+            "read_back": readback_words(x),
         })
     ready = _ready_seconds(items)
     return {"count": len(items), "ready_s": ready, "disk": dict(disk) if disk else None,
             "disk_words": L.disk_words(disk), "loads": out, "clause": _clause(out, ready, disk)}
+
+
+def readback_words(load: Mapping) -> str | None:
+    """What the started server ran, read back from its process after the load (the vllm role's
+    vllm_readback, ``readback`` of the load's record: ``runs what was asked: vLLM 0.32.0 (...)`` or
+    each difference), with its PID; None for a load not read back (it did not get ready, or an older
+    record)."""
+    readback = load.get("readback")
+    if not isinstance(readback, Mapping) or not readback.get("words"):
+        return None
+    return (f"PID {readback['pid']}: " if readback.get("pid") else "") + str(readback["words"])
 
 
 def server_words(load: Mapping) -> str:

@@ -108,3 +108,17 @@ def test_a_rollbacks_load_says_what_it_was():
     assert [x["server"] for x in s["loads"]] == [
         "the normal service", "the normal service, the rollback to the last-known-good"]
     assert loadcost.server_words({"variant": "profiling", "what": None}) == "profiling"
+
+
+def test_each_load_says_what_ran_read_back_where_it_was():
+    # The health wait's record with the vllm role's read-back (roles/vllm/tasks/health.yml), a record
+    # from before it, and one whose start differed from what was asked.
+    read = dict(a_load(9.0), readback={"pid": 4242, "matches": True,
+                                      "words": "runs what was asked: vLLM 0.32.0 (/opt/vllm/0.32.0/bin/vllm), "
+                                               "20 arguments, 3 variables checked"})
+    differed = dict(a_load(9.0), readback={"pid": 7, "matches": False, "words": "NCCL_PROTO: asked NCCL_PROTO=LL, "
+                                                                              "runs NCCL_PROTO=Simple"})
+    s = loadcost.summary([read, a_load(9.0), differed], None)
+    assert [x["read_back"] for x in s["loads"]] == [
+        "PID 4242: runs what was asked: vLLM 0.32.0 (/opt/vllm/0.32.0/bin/vllm), 20 arguments, 3 variables checked",
+        None, "PID 7: NCCL_PROTO: asked NCCL_PROTO=LL, runs NCCL_PROTO=Simple"]

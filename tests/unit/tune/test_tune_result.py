@@ -155,7 +155,9 @@ def test_a_winner_that_did_not_load_counts_its_load_and_its_rollback(tune_dir, c
                          {"what": "variant", "name": "cuda-graphs", "seconds": 10.0}],
                error="Deploy as the normal service the winner, cuda-graphs: The change did not load on h1")
     job = [_load(9.0, variant="profiling"), _load(10.0, variant="cuda-graphs"), _load(3.0, ready=False),
-           _load(8.0, what="the rollback to the last-known-good")]
+           dict(_load(8.0, what="the rollback to the last-known-good"),
+                readback={"pid": 31, "words": "runs what was asked: vLLM 0.32.0 (/opt/vllm/0.32.0/bin/vllm), "
+                                              "18 arguments, 0 variables checked"})]
     (d / "job.json").write_text(json.dumps({"loads": job, "disk": None}))
     assert main(["analyze", str(d)]) == 0
     report = json.loads((d / "report.json").read_text())
@@ -164,6 +166,13 @@ def test_a_winner_that_did_not_load_counts_its_load_and_its_rollback(tune_dir, c
         "4 (variant profiling 9.0 s, variant cuda-graphs 10.0 s, the normal service (did not get ready), "
         "the rollback to the last-known-good 8.0 s)")
     assert "cost 4 model load(s)" in report["headline"]
+    # The page's load table: what each start ran, read back from its process (the rollback's here).
+    page = (d / "report.md").read_text().splitlines()
+    (rollback,) = (r for r in page if r.startswith("| 4 | the normal service, the "))
+    assert rollback.endswith(
+        "| PID 31: runs what was asked: vLLM 0.32.0 (/opt/vllm/0.32.0/bin/vllm), 18 arguments, 0 variables checked |")
+    (profiled,) = (r for r in page if r.startswith("| 1 | profiling |"))
+    assert profiled.endswith("| - |")  # a record from before the read-back
 
 
 def test_speculative_decoding_on_random_tokens_is_warned_about(tune_dir, capsys):
