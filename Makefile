@@ -50,11 +50,11 @@ LANES_RUN = $(PY) tests/lanes.py --lanes $(LANES) --busy $(BUSY_SUITES) --logs $
 # not named here counts 300.
 COST_unit := 310
 COST_integration := 480
-COST_campaign := 760
+COST_campaign := 880
 COST_tune := 900
 COST_rollout := 750
 COST_campaign_multi := 210
-COST_default := 330
+COST_default := 400
 COST_gpu_release := 120
 COST_contract := 175
 COST_real_unit := 25
