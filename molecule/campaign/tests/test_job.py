@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from testlib import LOCK, UNIT, run_playbook
+from testlib import LOCK, UNIT, run_playbook, wait_for
 
 
 @pytest.mark.parametrize(("playbook", "old", "new"), [
@@ -45,38 +45,12 @@ def rollout_report(tmp_path, change: dict):
     return play, report, report["entries"][0]
 
 
-def test_a_rollout_whose_start_does_not_run_what_was_asked_rolls_the_host_back(host, tmp_path):
-    # Someone else's drop-in replaces the command (issue 37): the change's start is read back from its
-    # process, differs, and counts as a change that did not load: the host goes back to its last-known-good,
-    # whose drop-in directory had no such file, and the report says what runs now, read back.
-    pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
-    argv = host.file(f"/proc/{pid}/cmdline").content_string.split("\0")[:-1]
-    asked = argv[argv.index("serve") - 1:]
-    dropin = f"/etc/systemd/system/{UNIT}.service.d/90-site.conf"
-    host.check_output(f"printf '[Service]\\nExecStart=\\nExecStart={' '.join([*asked, '--max-num-seqs', '4'])}\\n' "
-                      f"> {dropin}")
-    try:
-        play, report, entry = rollout_report(tmp_path, {"environment": {"NCCL_PROTO": "LL128"}})
-        left = host.file(dropin).exists
-    finally:
-        host.run(f"rm -f {dropin} && systemctl daemon-reload")
-    assert play.rc != 0
-    assert (entry["outcome"], entry["status"]) == ("did not load", "rolled back")
-    assert ("does not run what was asked - arguments: run and not asked: --max-num-seqs 4; set by ExecStart= in "
-            f"{dropin} (not this role's)") in entry["reason"]
-    assert not left
-    now = int(host.check_output(f"systemctl show {UNIT} -p MainPID --value"))
-    assert now != int(pid)
-    assert entry["after"] == {"version": "0.32.0", "executable": "/opt/vllm-standin/bin/vllm", "read_back": True,
-                              "pid": now}
-    argv = host.file(f"/proc/{now}/cmdline").content_string.split("\0")[:-1]
-    assert argv[argv.index("serve") - 1:] == asked
-    name = entry["host"]
-    assert report["headline"].startswith(f"rollout {report['id']} stopped at the canary {name} (did not load): {name} "
-                                         "rolled back, runs vLLM 0.32.0 (/opt/vllm-standin/bin/vllm), read back")
-
-
 def test_a_rollout_of_what_the_host_already_runs_restarts_nothing_and_says_so(host, tmp_path):
+    # A server started after its files (the role restarts one older than its files, as an interrupted run
+    # leaves it, and an earlier test's drop-in, made and removed, leaves the drop-in directory newer).
+    host.check_output(f"systemctl restart {UNIT}")
+    wait_for(lambda: host.run("curl -sf -o /dev/null http://127.0.0.1:8000/health").rc == 0, "the service's health",
+             timeout_s=120)
     pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
     # The inventory's own NCCL_PROTO (inventory/sandbox): the host already runs it.
     play, report, entry = rollout_report(tmp_path, {"environment": {"NCCL_PROTO": "LL"}})
@@ -85,3 +59,26 @@ def test_a_rollout_of_what_the_host_already_runs_restarts_nothing_and_says_so(ho
     assert (entry["outcome"], entry["status"], entry["restarted"]) == ("kept", "unchanged", False)
     assert report["headline"].startswith(f"rollout {report['id']}: nothing to change: 1/1 hosts already ran it, none "
                                          "restarted (vLLM 0.32.0 (/opt/vllm-standin/bin/vllm))"), report["headline"]
+
+
+def test_a_rollout_beside_someone_else_s_drop_in_is_refused_before_anything_stops(host, tmp_path):
+    # Issue 37's case: a foreign drop-in whose EnvironmentFile= overrides the change's variable: the rollout
+    # refuses the host before anything stops, naming the variable and the file.
+    pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
+    dropin, site_env = f"/etc/systemd/system/{UNIT}.service.d/90-site.conf", "/etc/site-nccl.env"
+    host.check_output(f"printf 'NCCL_PROTO=Simple\\n' > {site_env} && mkdir -p $(dirname {dropin}) && "
+                      f"printf '[Service]\\nEnvironmentFile={site_env}\\n' > {dropin}")
+    try:
+        change = {"environment": {"NCCL_PROTO": "LL128"}}
+        play = run_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path),
+                                                             "vllm_rollout_change": change}))
+    finally:
+        host.run(f"rm -f {dropin} {site_env} && systemctl daemon-reload")
+    assert play.rc != 0
+    # The service's preflight, before the job's checks: the host's own NCCL_PROTO is overridden already.
+    assert play.result("Refuse variables that someone else's unit files would override")["msg"].startswith(
+        "NCCL_PROTO cannot take effect: someone else's unit file sets it otherwise, and systemd gives the server "
+        f"that - NCCL_PROTO: asked NCCL_PROTO=LL, the server would get NCCL_PROTO=Simple; set by {site_env}, the "
+        f"EnvironmentFile= of {dropin} (not this role's). Nothing was changed.")
+    assert host.check_output(f"systemctl show {UNIT} -p MainPID --value") == pid, "nothing may be stopped"
+    assert not host.file(LOCK).exists
