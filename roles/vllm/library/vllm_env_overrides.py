@@ -62,7 +62,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.vllm_readback_lib import (
     describe,
     overrides,
-    unit_files,
+    unit_files_of,
     unit_settings,
 )
 
@@ -78,11 +78,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    shown = {}
-    for prop in ("FragmentPath", "DropInPaths"):
-        rc, out, _ = module.run_command(["systemctl", "show", "-p", prop, "--value", p["unit"]])
-        shown[prop] = out.split() if rc == 0 else []
-    files = unit_files(p["unit"], (shown["FragmentPath"] or [""])[0], shown["DropInPaths"])
+    files = unit_files_of(module.run_command, p["unit"])
     found = overrides(p["environment"], p["unset"], unit_settings(files), p["own_files"])
     if found:
         names = ", ".join(d["name"] for d in found)

@@ -94,23 +94,14 @@ from ansible.module_utils.vllm_readback_lib import (
     describe,
     distribution_of,
     environ_dict,
+    main_pid,
     message,
+    read_proc,
     running_script,
-    split_nul,
-    unit_files,
+    unit_files_of,
     unit_settings,
 )
-from ansible.module_utils.vllm_serve_help_lib import executable_python
-
-
-def show(module, unit, prop):
-    rc, out, _ = module.run_command(["systemctl", "show", "-p", prop, "--value", unit])
-    return out.strip() if rc == 0 else ""
-
-
-def read_bytes(path):
-    with open(path, "rb") as handle:
-        return handle.read()
+from ansible.module_utils.vllm_serve_help_lib import release_python, site_packages
 
 
 def served_version(url):
@@ -138,35 +129,32 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    pid = show(module, p["unit"], "MainPID")
-    if not pid.isdigit() or pid == "0":
+    pid = main_pid(module.run_command, p["unit"])
+    if pid is None:
         readback = dict(pid=None, matches=None, differences=[], words="%s is not running" % p["unit"])
         if module.check_mode:
             module.exit_json(changed=False, readback=readback)
         module.fail_json(msg="%s has no main process to read back: it stopped after it got healthy" % p["unit"],
                          readback=readback)
     try:
-        cmdline = split_nul(read_bytes("/proc/%s/cmdline" % pid))
-        running_env = environ_dict(split_nul(read_bytes("/proc/%s/environ" % pid)))
+        cmdline = read_proc(pid, "cmdline")
+        running_env = environ_dict(read_proc(pid, "environ"))
     except OSError as exc:
-        module.fail_json(msg="cannot read main PID %s of %s: %s" % (pid, p["unit"], exc), readback=dict(pid=int(pid)))
+        module.fail_json(msg="cannot read main PID %s of %s: %s" % (pid, p["unit"], exc), readback=dict(pid=pid))
     executable = p["executable"] or (p["argv"][0] if p["argv"] else "")
     script = running_script(cmdline, executable)
     real = os.path.realpath(script) if script else ""
-    python = executable_python(real, fallback="") if real else ""
-    distribution = distribution_of(python)
+    distribution = distribution_of(site_packages(release_python(real))) if real else None
     served = served_version(p["url"])
     differences = ((compare_argv(p["argv"], cmdline) if p["argv"] else compare_executable(executable, cmdline))
                    + compare_environment(p["environment"], p["unset"], running_env)
                    + compare_release(p["version"], distribution, served))
-    dropins = show(module, p["unit"], "DropInPaths").split()
-    files = unit_files(p["unit"], show(module, p["unit"], "FragmentPath"), dropins)
-    attribute(differences, unit_settings(files), p["own_files"])
+    attribute(differences, unit_settings(unit_files_of(module.run_command, p["unit"])), p["own_files"])
     start = cmdline.index(executable) if executable in cmdline else 0
     names = sorted(set(p["environment"]) | set(p["unset"]))
     release = (distribution or {}).get("version") or served
     readback = dict(
-        pid=int(pid), argv=cmdline[start:], executable=real, release=distribution, served_version=served,
+        pid=pid, argv=cmdline[start:], executable=real, release=distribution, served_version=served,
         environment={name: running_env.get(name) for name in names}, matches=not differences,
         differences=differences,
         words="; ".join(describe(d) for d in differences) if differences else

@@ -89,6 +89,7 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.vllm_readback_lib import main_pid, read_proc
 from ansible.module_utils.vllm_serve_help_lib import (
     arguments,
     cached_help,
@@ -102,15 +103,11 @@ from ansible.module_utils.vllm_serve_help_lib import (
 
 
 def running_cmdline(module, unit):
-    if not unit:
-        return []
-    rc, out, _ = module.run_command(["systemctl", "show", "-p", "MainPID", "--value", unit])
-    pid = out.strip() if rc == 0 else ""
-    if not pid.isdigit() or pid == "0":
+    pid = main_pid(module.run_command, unit) if unit else None
+    if pid is None:
         return []
     try:
-        with open("/proc/%s/cmdline" % pid, "rb") as handle:
-            return handle.read().decode("utf-8", "replace").split("\0")[:-1]
+        return read_proc(pid, "cmdline")
     except OSError:
         return []
 

