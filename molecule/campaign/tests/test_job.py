@@ -12,6 +12,8 @@ from testlib import LOCK, UNIT, run_playbook, wait_for
 @pytest.mark.parametrize(("playbook", "old", "new"), [
     ("profile.yml", "vllm_campaign_lock_path", "vllm_job_lock_path"),
     ("playbooks/allreduce_bench.yml", "allreduce_bench_artifacts_dir", "allreduce_floor_artifacts_dir"),
+    ("experiment.yml", "vllm_experiment_concurrencies",
+     "vllm_experiment_bench_load.concurrencies (or vllm_bench_load.concurrencies, for the whole fleet)"),
 ])
 def test_a_variable_of_an_earlier_release_is_refused_naming_its_new_name(host, playbook, old, new):
     pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
@@ -38,9 +40,9 @@ def test_a_rollout_of_a_version_the_host_cannot_run_is_refused_before_anything_s
 
 def rollout_report(tmp_path, change: dict):
     """rollout.yml on this host with ``change``, its canary's baseline one run (no figure is asserted)."""
-    play = run_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path),
-                                                         "vllm_rollout_change": change,
-                                                         "vllm_rollout_concurrencies": [1], "vllm_rollout_repeats": 1}))
+    play = run_playbook("rollout.yml", "-e", json.dumps({
+        "vllm_rollout_artifacts_dir": str(tmp_path), "vllm_rollout_change": change,
+        "vllm_rollout_bench_load": {"concurrencies": [1], "repeats": 1}}))
     (report,) = (json.loads(p.read_text()) for p in (tmp_path / "rollout").glob("*/report.json"))
     return play, report, report["entries"][0]
 

@@ -44,7 +44,7 @@ def test_a_spread_experiment_deals_the_variants_and_compares_each_with_its_own_b
                 {"name": "NCCL_PROTO=LL128", "environment": {"NCCL_PROTO": "LL128"}}]
     play = run_playbook("experiment.yml", "-e", json.dumps({
         "vllm_experiment_artifacts_dir": str(tmp_path), "vllm_experiment_variants": variants,
-        "vllm_experiment_spread": True, "vllm_experiment_concurrencies": [1], "vllm_experiment_repeats": 1}))
+        "vllm_experiment_spread": True, "vllm_experiment_bench_load": {"concurrencies": [1], "repeats": 1}}))
     assert play.rc == 0, play.output[-4000:]
     records = {}
     for name in (GOOD, BAD):

@@ -167,7 +167,7 @@ def start_experiment(tmp_path, variants):
     """experiment.yml in the background, its output in tmp_path. Its tests need a job that holds the
     lock with a variant applied, not figures: one run per server instead of the inventory's four."""
     extra = {"vllm_experiment_artifacts_dir": str(tmp_path / "artifacts"), "vllm_experiment_variants": variants,
-             "vllm_experiment_concurrencies": [4], "vllm_experiment_repeats": 1}
+             "vllm_experiment_bench_load": {"concurrencies": [4], "repeats": 1}}
     return start_playbook("experiment.yml", "-e", json.dumps(extra), log=tmp_path / "experiment.log")
 
 

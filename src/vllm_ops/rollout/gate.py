@@ -130,8 +130,8 @@ def gate_line(host: str, lo: Mapping, hi: Mapping, points: list, verdict: str, m
         "regressed": "regressed: " + "; ".join(regressions),
         "inconclusive": ("inconclusive: " + "; ".join(inconclusive) + ": the gate cannot see a regression of "
                          f"{max_pct:g}% through that noise. More repeats or requests narrow the band "
-                         "(vllm_rollout_repeats, vllm_rollout_num_prompts); -e vllm_rollout_accept_inconclusive=true "
-                         "lets it pass"),
+                         "(the load's repeats and num_prompts, vllm_rollout_bench_load); "
+                         "-e vllm_rollout_accept_inconclusive=true lets it pass"),
         "passed, inconclusive accepted": (f"passed (at most {max_pct:g}% worse), inconclusive accepted "
                                           "(vllm_rollout_accept_inconclusive): " + "; ".join(inconclusive)),
     }

@@ -122,8 +122,8 @@ def load_words(load: Mapping) -> str:
     temperature = load.get("temperature")
     temp = f"temperature {temperature:g}" if isinstance(temperature, (int, float)) else "the server's temperature"
     if load.get("prompts_file"):
-        what = (f"the prompts of {load['prompts_file']} ({load.get('prompts')} prompt(s)), "
-                f"{load.get('output_len')} output tokens each")
+        count = f" ({load['prompts']} prompt(s))" if load.get("prompts") is not None else ""
+        what = f"the prompts of {load['prompts_file']}{count}, {load.get('output_len')} output tokens each"
     else:
         what = f"random tokens, {load.get('input_len')} in and {load.get('output_len')} out"
     return (f"{what}, {temp}, {load.get('num_prompts')} requests per point at concurrency "
@@ -211,8 +211,8 @@ def analyze(directory: str | Path) -> dict:
     for v in (exp_report or {}).get("variants") or []:
         if _speculates(v) and not load.get("prompts_file"):
             warnings.append(f"{v['name']}: speculative decoding was measured on random tokens, on which n-gram and "
-                            "draft models accept almost nothing: give vllm_tune_prompts_file (the text users send) "
-                            "to judge it")
+                            "draft models accept almost nothing: give a prompts file (the text users send: the "
+                            "load's prompts_file, vllm_tune_bench_load or vllm_bench_load) to judge it")
         if v["status"] == "failed":
             f = v.get("failure") or {}
             warnings.append(f"{v['name']} failed to {f.get('stage') or 'load'}: "

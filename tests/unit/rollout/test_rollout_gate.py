@@ -60,8 +60,8 @@ def test_a_band_wider_than_the_regression_allowed_is_inconclusive_and_fails_clos
         "allowed (5%)"]
     assert verdict["line"].endswith(
         f"(±{thr_band:.1f}%) is wider than the largest regression allowed (5%): the gate cannot see a regression of "
-        "5% through that noise. More repeats or requests narrow the band (vllm_rollout_repeats, "
-        "vllm_rollout_num_prompts); -e vllm_rollout_accept_inconclusive=true lets it pass")
+        "5% through that noise. More repeats or requests narrow the band (the load's repeats and num_prompts, "
+        "vllm_rollout_bench_load); -e vllm_rollout_accept_inconclusive=true lets it pass")
     assert verdict["warnings"][0].startswith(
         "the TPOT noise band at concurrency 1 (±80.0%) is wider than the largest regression allowed (5%): a regression "
         "of that size would read as no change")

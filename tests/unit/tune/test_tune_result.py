@@ -184,7 +184,7 @@ def test_speculative_decoding_on_random_tokens_is_warned_about(tune_dir, capsys)
     assert main(["analyze", str(d)]) == 0
     (warning,) = json.loads((d / "report.json").read_text())["warnings"]
     assert warning.startswith("ngram: speculative decoding was measured on random tokens")
-    assert "vllm_tune_prompts_file" in warning
+    assert "the load's prompts_file, vllm_tune_bench_load or vllm_bench_load" in warning
 
 
 def test_a_pre_screen_that_keeps_no_candidate_loads_nothing_and_says_so(tune_dir, capsys):
