@@ -112,7 +112,9 @@ def check(root: Path) -> list[str]:
             problems.append(f"roles/{job}: a job role on {SKELETON} must declare the entry points "
                             f"{', '.join(missing)} (meta/argument_specs.yml), which the skeleton calls back")
 
-    for path in files + playbooks + sorted(root.glob("templates/**/*.j2")):
+    # Templates name variables too: a role's own may use its private names, no other's.
+    templates = sorted(roles_dir.glob("*/templates/**/*.j2")) if roles_dir.is_dir() else []
+    for path in files + playbooks + templates:
         caller = path.relative_to(roles_dir).parts[0] if path.is_relative_to(roles_dir) else None
         text = path.read_text(encoding="utf-8")
         seen = set()

@@ -84,3 +84,10 @@ def test_an_unknown_role_is_named(tmp_path):
     root = house(tmp_path)
     (root / "roles/job_a/tasks/checks.yml").write_text(yaml.safe_dump([include("nowhere")]))
     assert check(root) == ["roles/job_a/tasks/checks.yml: includes role nowhere, which is not in roles/"]
+
+
+def test_a_template_may_use_its_own_roles_private_names_and_no_others(tmp_path):
+    root = house(tmp_path)
+    (root / "roles/piece/templates").mkdir()
+    (root / "roles/piece/templates/unit.j2").write_text("{{ __piece_y }} {{ __job_b_w }}\n")
+    assert check(root) == ["roles/piece/templates/unit.j2: uses __job_b_w, a private name of role job_b"]
