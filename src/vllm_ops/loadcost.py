@@ -4,14 +4,14 @@ The ``vllm`` role's health wait records every load it waits through after a star
 vLLM's own lines: :mod:`vllm_ops.loads` defines every figure); the job skeleton keeps the loads a job
 caused in its ``job.json`` as ``loads`` (each with ``variant``: the server variant it loaded, null for
 the normal service) and the disk's floor measured by the job's checks as ``disk`` (the ``vllm_disk``
-role's record). The campaign's, the experiment's and the tune's reports read them from there
-(:func:`job_loads`, :func:`summary`), and every plan reads the host's measured loads from the same
-records (:func:`last_load`).
+role's record), read through :class:`vllm_ops.records.JobRecord`. The campaign's, the experiment's and the
+tune's reports read them from there (:func:`summary`), and every plan reads the host's measured loads from
+the same records (:func:`last_load`).
 
 Definitions:
 
-- **a job's loads** (:func:`job_loads`): ``job.json``'s ``loads``, in the order they happened; a record
-  of an older release has none (an empty list).
+- **a job's loads**: ``job.json``'s ``loads`` (:attr:`vllm_ops.records.JobRecord.loads`), in the order they
+  happened; a record of an older release has none (an empty list).
 - **the host's last measured load** (:func:`last_load`), ``{seconds, source}``: the median ``total_s`` of
   the loads that got ready in the newest ``job.json`` that has any; else the median of the loads the
   newest ``tune.json`` timed; else the median closed gap of the newest ``job.json``'s downtime record (a
@@ -45,8 +45,9 @@ from . import loads as L
 from .artifacts import JOB_JSON, find_newest
 from .cliutil import read_json, run_command
 from .errors import VllmOpsError
+from .records import JobRecord
 
-__all__ = ["LoadInputError", "expected", "history_figures", "job_loads", "last_load", "main", "read_job",
+__all__ = ["LoadInputError", "expected", "history_figures", "last_load", "main", "read_job",
            "server_words", "summary", "time_to_ready"]
 
 PROG = "vllm-load-report"
@@ -56,18 +57,6 @@ DEPTH = 3  # <host>/<job id>/job.json below artifacts/<host> is level 2; an expe
 
 class LoadInputError(VllmOpsError):
     """A job record whose loads cannot be read; the message names the file and the field."""
-
-
-def job_loads(record: Mapping | None, where: str = JOB_JSON) -> list[dict]:
-    """``job.json``'s ``loads`` (each a load record with its ``variant``), checked; [] when absent."""
-    got = (record or {}).get("loads")
-    if got is None:
-        return []
-    if not isinstance(got, list) or not all(isinstance(x, Mapping) and isinstance(x.get("phases"), list)
-                                            for x in got):
-        raise LoadInputError(f"{where}: 'loads' must be a list of load records, each with its phases "
-                             "(vllm_ops.loads.parse_load)")
-    return [dict(x) for x in got]
 
 
 def _ready_seconds(items: list[Mapping]) -> list[float]:
@@ -89,11 +78,11 @@ def last_load(under: str | Path | None) -> dict:
         return {"seconds": None, "source": "no artifacts directory given"}
     if os.path.isdir(under):
         for path in reversed(_job_files(under)):
-            record = read_json(path, "job record", LoadInputError)
-            seconds = _ready_seconds(job_loads(record, path))
+            job = JobRecord.load(path)
+            seconds = _ready_seconds(job.loads)
             if seconds:
                 return {"seconds": round(statistics.median(seconds), 1),
-                        "source": f"the {len(seconds)} load(s) of {record.get('kind') or 'job'} {record.get('id')}"}
+                        "source": f"the {len(seconds)} load(s) of {job.kind or 'job'} {job.id}"}
     path = find_newest(under, TUNE_JSON)
     if path:
         record = read_json(path, "tune record", LoadInputError)
@@ -103,12 +92,12 @@ def last_load(under: str | Path | None) -> dict:
                     "source": f"the loads timed by tune {record.get('id')}"}
     path = find_newest(under, JOB_JSON)
     if path:
-        record = read_json(path, "job record", LoadInputError)
-        gaps = [g["seconds"] for g in ((record.get("downtime") or {}).get("gap_list") or [])
+        job = JobRecord.load(path)
+        gaps = [g["seconds"] for g in ((job.downtime or {}).get("gap_list") or [])
                 if isinstance(g, Mapping) and isinstance(g.get("seconds"), (int, float)) and not g.get("open")]
         if gaps:
             return {"seconds": round(statistics.median(gaps), 1),
-                    "source": f"the downtime gaps of {record.get('kind') or 'job'} {record.get('id')}"}
+                    "source": f"the downtime gaps of {job.kind or 'job'} {job.id}"}
     return {"seconds": None, "source": f"no load measured on this host yet (no tune.json or job.json under {under})"}
 
 
@@ -176,14 +165,8 @@ def server_words(load: Mapping) -> str:
 def read_job(directory: str | os.PathLike) -> dict | None:
     """:func:`summary` of ``DIR/job.json``'s loads and disk floor; None when the directory has no job.json (a
     profiled variant reported while its experiment goes on)."""
-    path = Path(directory) / JOB_JSON
-    if not path.exists():
-        return None
-    record = read_json(path, "job record", LoadInputError)
-    disk = record.get("disk")
-    if disk is not None and not isinstance(disk, Mapping):
-        raise LoadInputError(f"{path}: 'disk' must be the vllm_disk role's record (an object) or null")
-    return summary(job_loads(record, str(path)), disk)
+    job = JobRecord.read(directory)
+    return summary(job.loads, job.disk) if job is not None else None
 
 
 def history_figures(loads_summary: Mapping | None) -> dict:
@@ -256,9 +239,8 @@ def run(args: argparse.Namespace) -> list[str]:
         if args.loads < 0:
             raise LoadInputError(f"--loads {args.loads}: give the number of model loads, 0 or more")
         return [json.dumps(expected(args.loads, last_load(args.under)))]
-    path = Path(args.dir) / JOB_JSON
-    record = read_json(path, "job record", LoadInputError)
-    s = summary(job_loads(record, str(path)), record.get("disk"))
+    job = JobRecord.load(Path(args.dir) / JOB_JSON)
+    s = summary(job.loads, job.disk)
     lines = [f"load {x['n']} ({server_words(x)}): {x['words']}; {x['against_words']}" for x in s["loads"]]
     return [*lines, s["disk_words"], s["clause"] or "no load recorded"]
 

@@ -11,11 +11,8 @@
                  the decode ledger; null when the capture did not read it),
      fabric (optional: the PCIe links read during the profiled requests, for vllm_ops.fabric)}
 
-``job.json`` (:func:`load_job`, optional): what the job skeleton recorded after the restore::
-
-    {id, kind, host, controller, started_at, finished_at, downtime, loads, disk, error}
-
-``loads`` and ``disk`` as :mod:`vllm_ops.loadcost` reads them (``loads`` [] for a record without).
+``job.json`` (:func:`load_job`, optional): what the job skeleton recorded after the restore, read
+through :class:`vllm_ops.records.JobRecord` (its module defines the fields).
 
 ``topology.txt`` (:func:`read_topology`, optional): what ``nvidia-smi topo -m`` printed.
 
@@ -33,9 +30,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from .. import artifacts, loadcost
+from .. import artifacts
 from ..cliutil import read_json
 from ..job import JobInputError, parse_time
+from ..records import JobRecord
 from ..traces.topology import parse_topology
 from .errors import CampaignInputError
 
@@ -203,20 +201,11 @@ def load_job(directory: str | os.PathLike, capture: Mapping) -> dict | None:
     """``DIR/job.json``, checked, or None when there is none (a profiled experiment variant,
     reported while its experiment goes on). It must be the capture's job."""
     path = Path(directory) / artifacts.JOB_JSON
-    if not path.exists():
+    job = JobRecord.read(directory)
+    if job is None:
         return None
-    data = _read(path, "job record", "no such file")
-    f = _File(path)
-    out = {
-        "id": f.string(data, "id"), "kind": f.string(data, "kind", required=False),
-        "host": f.string(data, "host"), "controller": f.string(data, "controller", required=False),
-        "started_at": f.time(data, "started_at"), "finished_at": f.time(data, "finished_at"),
-        "downtime": f.mapping(data, "downtime", required=False) or None,
-        "error": f.string(data, "error", required=False),
-        # The loads the job caused and the disk's floor its checks measured (vllm_ops.loadcost).
-        "loads": loadcost.job_loads(data, str(path)),
-        "disk": f.mapping(data, "disk", required=False) or None,
-    }
+    out = job.to_dict()
+    out["downtime"] = out["downtime"] or None
     for key in ("id", "host"):
         if out[key] != capture[key]:
             raise CampaignInputError(

@@ -30,7 +30,8 @@ def test_each_load_format_reports_its_time_to_ready(make_dir, tmp_path, capsys):
     variants = {name: ({}, ["--load-format", fmt], [10.0, 10.1, 9.9], [1000.0, 1010.0, 990.0], {})
                 for name, (fmt, _, _) in FORMATS.items()}
     d = Path(make_dir(tmp_path / "exp", variants=variants, failed_variant=False))
-    job = {"id": "20261201T142500Z", "kind": "experiment", "host": "h1",
+    job = {"id": "20261201T142500Z", "kind": "experiment", "host": "h1", "started_at": "2026-12-01T14:25:00Z",
+           "finished_at": "2026-12-01T15:25:00Z",
            "loads": [*(a_load(total, w, name) for name, (_, total, w) in FORMATS.items()),
                      a_load(RESTORE_S, 30.0, None)],
            "disk": {"gbps": None, "why": "the files are sparse"}}

@@ -143,7 +143,9 @@ def test_each_host_shows_its_loads_from_its_job_record(rollout_dir, tmp_path):
              (106.5, "INFO [default_loader.py:501] Loading weights took 6.50 seconds"),
              (109.0, "INFO:     Application startup complete.")]
     load = dict(loads.parse_load(lines, t0=100.0, checkpoint_bytes=13_000_000_000), variant=None)
-    (job_dir / "job.json").write_text(json.dumps({"loads": [load], "disk": {"gbps": None, "why": "sparse files"}}))
+    (job_dir / "job.json").write_text(json.dumps({
+        "id": "20261201T100000Z", "kind": "rollout", "host": "a", "started_at": "2026-12-01T10:00:00Z",
+        "finished_at": "2026-12-01T10:30:00Z", "loads": [load], "disk": {"gbps": None, "why": "sparse files"}}))
     canary = dict(host_record("a", "canary", "kept"), job_dir=str(job_dir))
     d = rollout_dir(canary, host_record("b", "fleet", "kept"), gate=gate_doc())
     (tmp_path / "art" / "b").mkdir()  # b's job directory holds no job.json

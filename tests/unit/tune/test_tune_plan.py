@@ -103,9 +103,14 @@ def test_only_what_the_floor_runs_is_pre_screened(variant, why):
     assert (got is None) if why is None else (why in got)
 
 
+# What every job.json holds besides the figures a test gives (vllm_ops.records.job).
+JOB = {"id": "20261201T100000Z", "host": "h1", "started_at": "2026-12-01T10:00:00Z",
+       "finished_at": "2026-12-01T10:30:00Z"}
+
+
 def _record(path, name, data):
     path.mkdir(parents=True, exist_ok=True)
-    (path / name).write_text(json.dumps(data))
+    (path / name).write_text(json.dumps({**JOB, **data} if name == "job.json" else data))
 
 
 def test_the_last_measured_load_comes_from_the_newest_tune_else_a_job_s_gaps(tmp_path):

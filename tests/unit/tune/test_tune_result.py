@@ -14,6 +14,10 @@ from vllm_ops.tune.cli import main
 
 from tune_helpers import COMM_NEXT, HOST_NEXT, UNIT, floor, summary, write_experiment
 
+# What every job.json holds besides the figures a test gives (vllm_ops.records.job).
+JOB = {"id": "20261201T100000Z", "host": "h1", "started_at": "2026-12-01T10:00:00Z",
+       "finished_at": "2026-12-01T10:30:00Z"}
+
 LL128_16, LL128_8 = "nccl:NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS=16", "nccl:NCCL_PROTO=LL128,NCCL_MAX_NCHANNELS=8"
 FLOORS = {"unit": 100.0, "nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS=8": 130.0,
           "nccl:NCCL_PROTO=LL,NCCL_MAX_NCHANNELS=16": 100.5, LL128_8: 65.0, LL128_16: 50.0,
@@ -126,7 +130,7 @@ def test_when_nothing_helps_the_result_says_how_far_the_step_is_from_its_floor(t
     load = dict(loads.parse_load(lines, t0=100.0, checkpoint_bytes=10_000_000_000), variant="cuda-graphs")
     # around it, the profiling variant's and the normal service's back
     profiling, back = _load(9.0, variant="profiling"), _load(8.0)
-    (d / "job.json").write_text(json.dumps({"loads": [profiling, load, back], "disk": None}))
+    (d / "job.json").write_text(json.dumps({**JOB, "loads": [profiling, load, back], "disk": None}))
     assert main(["winner", str(d)]) == 0 and capsys.readouterr().out.strip() == "null"
     assert main(["analyze", str(d)]) == 0
     report = json.loads((d / "report.json").read_text())
@@ -158,7 +162,7 @@ def test_a_winner_that_did_not_load_counts_its_load_and_its_rollback(tune_dir, c
            dict(_load(8.0, what="the rollback to the last-known-good"),
                 readback={"pid": 31, "words": "runs what was asked: vLLM 0.32.0 (/opt/vllm/0.32.0/bin/vllm), "
                                               "18 arguments, 0 variables checked"})]
-    (d / "job.json").write_text(json.dumps({"loads": job, "disk": None}))
+    (d / "job.json").write_text(json.dumps({**JOB, "loads": job, "disk": None}))
     assert main(["analyze", str(d)]) == 0
     report = json.loads((d / "report.json").read_text())
     assert report["costs"]["model_loads"] == len(job) == report["model_loads"]["count"]
@@ -200,7 +204,7 @@ def test_a_pre_screen_that_keeps_no_candidate_loads_nothing_and_says_so(tune_dir
     assert screened["load"] == [] and screened["counts"]["kept"] == 0
     write_experiment(d, {"baseline": (UNIT["environment"], UNIT["extra_args"], BASE, [100.0, 101.0, 99.0])})
     _tune_json(d, loads=[], stopped=False, profile_path="live")
-    (d / "job.json").write_text(json.dumps({"loads": [], "disk": None}))
+    (d / "job.json").write_text(json.dumps({**JOB, "loads": [], "disk": None}))
     assert main(["winner", str(d)]) == 0 and capsys.readouterr().out.strip() == "null"
     assert main(["analyze", str(d)]) == 0
     report = json.loads((d / "report.json").read_text())

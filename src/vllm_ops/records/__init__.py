@@ -1,0 +1,12 @@
+"""The JSON records the jobs keep, one module a record, each read and written only through its module.
+
+Each record is a typed class with ``load`` (a file, checked, an older release's migrated), ``dump``
+(written atomically with its schema version) and, where the Ansible side hands it values, a command
+that writes it (``python -m vllm_ops.records.<record> write DIR``): the roles pass values, never
+the record's shape. So far: :mod:`.job` (``job.json``, the job skeleton's record of every job).
+"""
+
+from .errors import RecordError
+from .job import JobRecord
+
+__all__ = ["JobRecord", "RecordError"]
