@@ -98,7 +98,7 @@ class JobRecord:
         return cls.load(path) if path.exists() else None
 
     def to_dict(self) -> dict:
-        """The record as ``job.json`` holds it, schema first."""
+        """The record as ``job.json`` holds it, with its schema."""
         return {"schema": SCHEMA, **asdict(self)}
 
     def dump(self, directory: str | Path) -> Path:

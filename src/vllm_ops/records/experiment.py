@@ -1,0 +1,264 @@
+"""``experiment.json``: one host's benchmark of a baseline and its variants, the record every job that
+benchmarks keeps in the experiment's layout (the experiment; the tune's ``experiment/``; the rollout's
+canary, whose change is the one variant), so that all are judged by :mod:`vllm_ops.experiment`.
+
+::
+
+    {schema: "vllm-ops/experiment/1", id, host, started_at, finished_at, model, vllm_version,
+     tensor_parallel_size, load (what the benchmark sent: vllm_ops.experiment.load.recorded),
+     noise_floor_pct, base {environment, extra_args} (the normal service's settings),
+     downtime (the health poller's record, or null), stopped (the error that stopped the job, or null),
+     variants [{name, environment, extra_args, profile, status, failure, profile_report,
+                profile_headline}],
+     runs [{variant, round, concurrency, repeat, file, metrics}]}
+
+``status`` is ``ok``, ``failed`` (with ``failure {stage, message, journal}``) or ``not run`` (the job
+stopped before the variant); ``baseline`` is the normal service's name, measured in round 1 and, where
+the job measured it again at its end, round 2. A file without ``schema`` is an earlier release's
+(schema 0): the same fields, any of ``started_at``, ``finished_at``, ``tensor_parallel_size``,
+``downtime``, ``stopped`` and ``noise_floor_pct`` (1.0) absent. A later schema is refused.
+
+The jobs hand the values to ``python -m vllm_ops.records.experiment write DIR`` (a JSON object on
+stdin, ``finished_at`` now unless given), which checks them and writes ``DIR/experiment.json``.
+Each run's bench result file is read by :func:`vllm_ops.experiment.load_experiment`, not here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from ..artifacts import write_json
+from ..cliutil import read_json, run_command
+from ..job import now_iso
+from .errors import RecordError
+
+__all__ = ["BASELINE", "EXPERIMENT_JSON", "SCHEMA", "STATUSES", "ExperimentRecord"]
+
+SCHEMA = "vllm-ops/experiment/1"
+EXPERIMENT_JSON = "experiment.json"
+PROG = "python -m vllm_ops.records.experiment"
+BASELINE = "baseline"  # the reserved variant name of the normal service, rounds 1 (start) and 2 (end)
+STATUSES = ("ok", "failed", "not run")  # "not run": the job stopped before the variant
+
+
+@dataclass(frozen=True)
+class ExperimentRecord:
+    """One host's benchmark of a baseline and its variants (the module's docstring)."""
+
+    id: str
+    host: str
+    load: dict
+    started_at: str | None = None
+    finished_at: str | None = None
+    model: str | None = None
+    vllm_version: str | None = None
+    tensor_parallel_size: int | None = None
+    noise_floor_pct: float = 1.0
+    base: dict = field(default_factory=lambda: {"environment": {}, "extra_args": []})
+    downtime: dict | None = None
+    stopped: str | None = None
+    variants: list[dict] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = EXPERIMENT_JSON) -> ExperimentRecord:
+        """The record of ``data`` (a parsed ``experiment.json``, or a job's values), checked; an earlier
+        schema's migrated. Every problem names ``where`` and the field."""
+        if not isinstance(data, Mapping):
+            raise RecordError(f"{where}: must be a JSON object, got {type(data).__name__}")
+        schema = data.get("schema")
+        if schema not in (None, SCHEMA):
+            raise RecordError(f"{where}: schema {schema!r} is not {SCHEMA!r}: a newer vllm-ops wrote it; read it with "
+                              "that release")
+        known = {f.name for f in fields(cls)} | {"schema"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise RecordError(f"{where}: unknown field(s) {', '.join(unknown)}; an experiment record has "
+                              f"{', '.join(sorted(known))}")
+        values: dict = {key: _str(where, data, key) for key in ("id", "host")}
+        for key in ("started_at", "finished_at", "model", "vllm_version", "stopped"):
+            values[key] = _str(where, data, key, required=False)
+        tp = data.get("tensor_parallel_size")
+        if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or tp < 1):
+            raise RecordError(f"{where}: 'tensor_parallel_size' must be a positive integer or null, got {tp!r}")
+        values["tensor_parallel_size"] = tp
+        values["load"] = _load(where, data)
+        floor = data.get("noise_floor_pct", 1.0)
+        if not _number(floor) or floor < 0:
+            raise RecordError(f"{where}: 'noise_floor_pct' must be a non-negative number, got {floor!r}")
+        values["noise_floor_pct"] = float(floor)
+        base = _mapping(where, data, "base")
+        values["base"] = {"environment": {str(k): str(x) for k, x in
+                                          _mapping(f"{where}: base", base, "environment").items()},
+                          "extra_args": _args(f"{where}: base", base)}
+        values["downtime"] = _mapping(where, data, "downtime") or None
+        variants = data.get("variants") or []
+        if not isinstance(variants, list):
+            raise RecordError(f"{where}: 'variants' must be a list, got {type(variants).__name__}")
+        values["variants"] = [_variant(where, i, v) for i, v in enumerate(variants)]
+        names = [v["name"] for v in values["variants"]]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise RecordError(f"{where}: variant names must be unique; {', '.join(dup)} appear twice")
+        runs = data.get("runs") or []
+        if not isinstance(runs, list):
+            raise RecordError(f"{where}: 'runs' must be a list, got {type(runs).__name__}")
+        values["runs"] = [_run(where, i, r, set(names), values["load"]["concurrencies"]) for i, r in enumerate(runs)]
+        return cls(**values)
+
+    @classmethod
+    def load(cls, path: str | Path) -> ExperimentRecord:
+        """``path`` read and checked (:meth:`from_dict`)."""
+        return cls.from_dict(read_json(path, "experiment", RecordError,
+                                       missing="no such file; check the experiment directory (the Ansible role "
+                                               "writes it)",
+                                       damaged="; the file is damaged or was cut short, so re-run that step"),
+                             str(path))
+
+    def to_dict(self) -> dict:
+        """The record as ``experiment.json`` holds it, with its schema."""
+        return {"schema": SCHEMA, **asdict(self)}
+
+    def dump(self, directory: str | Path) -> Path:
+        """Write ``DIR/experiment.json`` atomically; its path."""
+        return write_json(Path(directory) / EXPERIMENT_JSON, self.to_dict())
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _str(where: str, data: Mapping, key: str, required: bool = True) -> str | None:
+    value = data.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise RecordError(f"{where}: '{key}' must be a non-empty string, got {value!r}")
+    return value
+
+
+def _mapping(where: str, data: Mapping, key: str) -> dict:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RecordError(f"{where}: '{key}' must be a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def _args(where: str, data: Mapping) -> list[str]:
+    value = data.get("extra_args")
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise RecordError(f"{where}: 'extra_args' must be a list of strings, got {value!r}")
+    return list(value)
+
+
+def _load(where: str, data: Mapping) -> dict:
+    load = _mapping(where, data, "load")
+    conc = load.get("concurrencies")
+    if (not isinstance(conc, list) or not conc or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0
+                                                          for c in conc)):
+        raise RecordError(f"{where}: 'load.concurrencies' must be a non-empty list of positive integers, "
+                          f"got {conc!r}")
+    if len(set(conc)) != len(conc):
+        raise RecordError(f"{where}: 'load.concurrencies' lists a concurrency twice: {conc!r}")
+    for key in ("input_len", "output_len", "num_prompts", "repeats", "warmups"):
+        v = load.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise RecordError(f"{where}: 'load.{key}' must be a non-negative integer, got {v!r}")
+    return load
+
+
+def _variant(where: str, i: int, v: object) -> dict:
+    at = f"{where}: variants[{i}]"
+    if not isinstance(v, Mapping):
+        raise RecordError(f"{at} must be a mapping, got {type(v).__name__}")
+    name = _str(at, v, "name")
+    if name == BASELINE:
+        raise RecordError(f"{at}: the name '{BASELINE}' is reserved for the normal service; rename it")
+    status = v.get("status", "ok")
+    if status not in STATUSES:
+        raise RecordError(f"{at} ({name}): 'status' must be one of {list(STATUSES)}, got {status!r}")
+    failure = v.get("failure")
+    if failure is not None:
+        if not isinstance(failure, Mapping):
+            raise RecordError(f"{at} ({name}): 'failure' must be a mapping or null")
+        journal = failure.get("journal") or []
+        if not isinstance(journal, list) or not all(isinstance(line, str) for line in journal):
+            raise RecordError(f"{at} ({name}): 'failure.journal' must be a list of strings")
+        failure = {"stage": failure.get("stage"), "message": failure.get("message"), "journal": list(journal)}
+    if status == "failed" and failure is None:
+        failure = {"stage": None, "message": "no failure recorded", "journal": []}
+    # A null value unsets the variable (the vllm role's UnsetEnvironment=): kept as None.
+    env = {str(k): None if x is None else str(x) for k, x in _mapping(f"{at} ({name})", v, "environment").items()}
+    profile = {key: v.get(key) for key in ("profile_report", "profile_headline")}
+    for key, value in profile.items():
+        if value is not None and not isinstance(value, str):
+            raise RecordError(f"{at} ({name}): '{key}' must be a string or null")
+    return {"name": name, "environment": env, "extra_args": _args(f"{at} ({name})", v),
+            "profile": bool(v.get("profile", False)), "status": status, "failure": failure, **profile}
+
+
+def _run(where: str, i: int, r: object, names: set, concurrencies: list) -> dict:
+    at = f"{where}: runs[{i}]"
+    if not isinstance(r, Mapping):
+        raise RecordError(f"{at} must be a mapping, got {type(r).__name__}")
+    variant = _str(at, r, "variant")
+    if variant != BASELINE and variant not in names:
+        raise RecordError(f"{at}: variant {variant!r} is not 'baseline' nor listed in 'variants'")
+    rnd = r.get("round", 1)
+    if rnd not in ((1, 2) if variant == BASELINE else (1,)):
+        raise RecordError(f"{at}: 'round' must be 1 or 2 for the baseline and 1 for a variant, got {rnd!r}")
+    conc = r.get("concurrency")
+    if conc not in concurrencies:
+        raise RecordError(f"{at}: 'concurrency' {conc!r} is not one of load.concurrencies {concurrencies}")
+    metrics = _mapping(at, r, "metrics")
+    for k, v in metrics.items():
+        if not _number(v):
+            raise RecordError(f"{at}: 'metrics.{k}' must be a number, got {v!r}")
+    return {"variant": variant, "round": rnd, "concurrency": conc, "repeat": r.get("repeat"),
+            "file": _str(at, r, "file"), "metrics": metrics}
+
+
+def write(directory: str | Path, values: object) -> Path:
+    """A job's values (a JSON object; ``finished_at`` now unless given) checked and written as
+    ``DIR/experiment.json``."""
+    if isinstance(values, Mapping) and not values.get("finished_at"):
+        values = {**values, "finished_at": now_iso()}
+    return ExperimentRecord.from_dict(values, "the experiment's values").dump(directory)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Write one host's benchmark record, experiment.json, from "
+                                                       "the values a job hands it.",
+                                epilog="Exit status: 0 on success, 2 on bad input or usage (one line on stderr).")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    w = sub.add_parser("write", help="read the values (a JSON object) on stdin, write DIR/experiment.json")
+    w.add_argument("dir", metavar="DIR", help="the experiment's directory on the controller")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    def run() -> str:
+        try:
+            values = json.loads(sys.stdin.read())
+        except json.JSONDecodeError as exc:
+            raise RecordError(f"the experiment's values on stdin: invalid JSON ({exc.msg}, line {exc.lineno})") \
+                from None
+        return str(write(args.dir, values))
+
+    return run_command(PROG, run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
