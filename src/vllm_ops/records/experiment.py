@@ -25,8 +25,6 @@ Each run's bench result file is read by :func:`vllm_ops.experiment.load_experime
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 from collections.abc import Mapping
@@ -34,8 +32,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..artifacts import write_json
-from ..cliutil import read_json, run_command
-from ..job import now_iso
+from ..cliutil import read_json
+from .base import check_header, text, write_main
 from .errors import RecordError
 
 __all__ = ["BASELINE", "EXPERIMENT_JSON", "SCHEMA", "STATUSES", "ExperimentRecord"]
@@ -70,20 +68,10 @@ class ExperimentRecord:
     def from_dict(cls, data: object, where: str = EXPERIMENT_JSON) -> ExperimentRecord:
         """The record of ``data`` (a parsed ``experiment.json``, or a job's values), checked; an earlier
         schema's migrated. Every problem names ``where`` and the field."""
-        if not isinstance(data, Mapping):
-            raise RecordError(f"{where}: must be a JSON object, got {type(data).__name__}")
-        schema = data.get("schema")
-        if schema not in (None, SCHEMA):
-            raise RecordError(f"{where}: schema {schema!r} is not {SCHEMA!r}: a newer vllm-ops wrote it; read it with "
-                              "that release")
-        known = {f.name for f in fields(cls)} | {"schema"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise RecordError(f"{where}: unknown field(s) {', '.join(unknown)}; an experiment record has "
-                              f"{', '.join(sorted(known))}")
-        values: dict = {key: _str(where, data, key) for key in ("id", "host")}
+        data = check_header(data, where, SCHEMA, (f.name for f in fields(cls)), "an experiment record")
+        values: dict = {key: text(data, key, where) for key in ("id", "host")}
         for key in ("started_at", "finished_at", "model", "vllm_version", "stopped"):
-            values[key] = _str(where, data, key, required=False)
+            values[key] = text(data, key, where, required=False)
         tp = data.get("tensor_parallel_size")
         if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or tp < 1):
             raise RecordError(f"{where}: 'tensor_parallel_size' must be a positive integer or null, got {tp!r}")
@@ -134,15 +122,6 @@ def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _str(where: str, data: Mapping, key: str, required: bool = True) -> str | None:
-    value = data.get(key)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise RecordError(f"{where}: '{key}' must be a non-empty string, got {value!r}")
-    return value
-
-
 def _mapping(where: str, data: Mapping, key: str) -> dict:
     value = data.get(key)
     if value is None:
@@ -181,7 +160,7 @@ def _variant(where: str, i: int, v: object) -> dict:
     at = f"{where}: variants[{i}]"
     if not isinstance(v, Mapping):
         raise RecordError(f"{at} must be a mapping, got {type(v).__name__}")
-    name = _str(at, v, "name")
+    name = text(v, "name", at)
     if name == BASELINE:
         raise RecordError(f"{at}: the name '{BASELINE}' is reserved for the normal service; rename it")
     status = v.get("status", "ok")
@@ -211,7 +190,7 @@ def _run(where: str, i: int, r: object, names: set, concurrencies: list) -> dict
     at = f"{where}: runs[{i}]"
     if not isinstance(r, Mapping):
         raise RecordError(f"{at} must be a mapping, got {type(r).__name__}")
-    variant = _str(at, r, "variant")
+    variant = text(r, "variant", at)
     if variant != BASELINE and variant not in names:
         raise RecordError(f"{at}: variant {variant!r} is not 'baseline' nor listed in 'variants'")
     rnd = r.get("round", 1)
@@ -225,39 +204,13 @@ def _run(where: str, i: int, r: object, names: set, concurrencies: list) -> dict
         if not _number(v):
             raise RecordError(f"{at}: 'metrics.{k}' must be a number, got {v!r}")
     return {"variant": variant, "round": rnd, "concurrency": conc, "repeat": r.get("repeat"),
-            "file": _str(at, r, "file"), "metrics": metrics}
-
-
-def write(directory: str | Path, values: object) -> Path:
-    """A job's values (a JSON object; ``finished_at`` now unless given) checked and written as
-    ``DIR/experiment.json``."""
-    if isinstance(values, Mapping) and not values.get("finished_at"):
-        values = {**values, "finished_at": now_iso()}
-    return ExperimentRecord.from_dict(values, "the experiment's values").dump(directory)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Write one host's benchmark record, experiment.json, from "
-                                                       "the values a job hands it.",
-                                epilog="Exit status: 0 on success, 2 on bad input or usage (one line on stderr).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    w = sub.add_parser("write", help="read the values (a JSON object) on stdin, write DIR/experiment.json")
-    w.add_argument("dir", metavar="DIR", help="the experiment's directory on the controller")
-    return p
+            "file": text(r, "file", at), "metrics": metrics}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-
-    def run() -> str:
-        try:
-            values = json.loads(sys.stdin.read())
-        except json.JSONDecodeError as exc:
-            raise RecordError(f"the experiment's values on stdin: invalid JSON ({exc.msg}, line {exc.lineno})") \
-                from None
-        return str(write(args.dir, values))
-
-    return run_command(PROG, run)
+    return write_main(argv, PROG, "one host's benchmark record", EXPERIMENT_JSON,
+                      lambda directory, values: ExperimentRecord.from_dict(values, "the experiment's values")
+                      .dump(directory))
 
 
 if __name__ == "__main__":

@@ -17,16 +17,15 @@ stdin, ``finished_at`` now unless given), which checks them and writes ``DIR/job
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..artifacts import JOB_JSON, write_json
-from ..cliutil import read_json, run_command
-from ..job import JobInputError, now_iso, parse_time
+from ..cliutil import read_json
+from ..job import JobInputError, parse_time
+from .base import check_header, text, write_main
 from .errors import RecordError
 
 __all__ = ["SCHEMA", "JobRecord"]
@@ -56,27 +55,17 @@ class JobRecord:
     def from_dict(cls, data: object, where: str = JOB_JSON) -> JobRecord:
         """The record of ``data`` (a parsed ``job.json``, or the skeleton's values), checked; an
         earlier schema's migrated. Every problem names ``where`` and the field."""
-        if not isinstance(data, Mapping):
-            raise RecordError(f"{where}: a job record must be a JSON object, not {type(data).__name__}")
-        schema = data.get("schema")
-        if schema not in (None, SCHEMA):
-            raise RecordError(f"{where}: schema {schema!r} is not {SCHEMA!r}: a newer vllm-ops wrote it; read it with "
-                              "that release")
-        known = {f.name for f in fields(cls)} | {"schema"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise RecordError(f"{where}: unknown field(s) {', '.join(unknown)}; a job record has "
-                              f"{', '.join(sorted(known))}")
+        data = check_header(data, where, SCHEMA, (f.name for f in fields(cls)), "a job record")
         values = {}
         for key in ("id", "host", "started_at", "finished_at"):
-            values[key] = _string(data, key, where)
+            values[key] = text(data, key, where)
         for key in ("started_at", "finished_at"):
             try:
                 parse_time(values[key], key)
             except JobInputError as exc:
                 raise RecordError(f"{where}: '{key}' is no time: {exc}") from None
         for key in ("kind", "controller", "error"):
-            values[key] = _string(data, key, where, required=False)
+            values[key] = text(data, key, where, required=False)
         for key in _OPTIONAL_MAPPINGS:
             value = data.get(key)
             if value is not None and not isinstance(value, Mapping):
@@ -106,15 +95,6 @@ class JobRecord:
         return write_json(Path(directory) / JOB_JSON, self.to_dict())
 
 
-def _string(data: Mapping, key: str, where: str, required: bool = True) -> str | None:
-    value = data.get(key)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise RecordError(f"{where}: '{key}' must be a non-empty string, not {value!r}")
-    return value
-
-
 def _loads(value: object, where: str) -> list[dict]:
     """``loads``: each the vllm role's load record with its phases (vllm_ops.loads.parse_load); [] when absent
     (a record of an earlier release)."""
@@ -127,35 +107,9 @@ def _loads(value: object, where: str) -> list[dict]:
     return [dict(x) for x in value]
 
 
-def write(directory: str | Path, values: object) -> Path:
-    """The skeleton's values (a JSON object; ``finished_at`` now unless given) checked and written as
-    ``DIR/job.json``."""
-    if isinstance(values, Mapping) and not values.get("finished_at"):
-        values = {**values, "finished_at": now_iso()}
-    return JobRecord.from_dict(values, "the job's values").dump(directory)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Write a job's record, job.json, from the values the job "
-                                                       "skeleton hands it.",
-                                epilog="Exit status: 0 on success, 2 on bad input or usage (one line on stderr).")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    w = sub.add_parser("write", help="read the values (a JSON object) on stdin, write DIR/job.json")
-    w.add_argument("dir", metavar="DIR", help="the job's directory on the controller")
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-
-    def run() -> str:
-        try:
-            values = json.loads(sys.stdin.read())
-        except json.JSONDecodeError as exc:
-            raise RecordError(f"the job's values on stdin: invalid JSON ({exc.msg}, line {exc.lineno})") from None
-        return str(write(args.dir, values))
-
-    return run_command(PROG, run)
+    return write_main(argv, PROG, "a job's record", JOB_JSON,
+                      lambda directory, values: JobRecord.from_dict(values, "the job's values").dump(directory))
 
 
 if __name__ == "__main__":
