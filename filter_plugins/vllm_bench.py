@@ -8,29 +8,15 @@ analysis. Documentation: the sidecar YAML files beside this file.
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
-from vllm_ops.experiment import ExperimentInputError
 from vllm_ops.experiment.load import recorded, resolve
 from vllm_ops.experiment.plan import runs
-
-
-def _wrap(name, func):
-    def filter_(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except (ExperimentInputError, TypeError, ValueError, KeyError) as exc:
-            raise AnsibleFilterError(f"{name}: {exc}") from exc
-
-    filter_.__name__ = name
-    filter_.__doc__ = func.__doc__
-    return filter_
+from vllm_ops.filters import filter_map
 
 
 class FilterModule:
     def filters(self):
-        return {
-            "vllm_bench_runs": _wrap("vllm_bench_runs", runs),
-            "vllm_bench_load": _wrap("vllm_bench_load", resolve),
-            "vllm_bench_load_record": _wrap("vllm_bench_load_record", recorded),
-        }
+        return filter_map(
+            vllm_bench_runs=runs,
+            vllm_bench_load=resolve,
+            vllm_bench_load_record=recorded,
+        )

@@ -2,42 +2,20 @@
 sidecar YAML files).
 
 Thin on purpose: the logic lives in ``vllm_ops.job`` where pytest reaches it; this file only
-turns the library's errors into AnsibleFilterError naming the filter. No I/O.
+names the filters (vllm_ops.filters turns their errors into AnsibleFilterError naming
+each). No I/O.
 """
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
-try:
-    from vllm_ops.job import JobInputError, downtime_text
-except ImportError as exc:  # the controller's Python lacks the project's package
-    _IMPORT_ERROR: ImportError | None = exc
-else:
-    _IMPORT_ERROR = None
-
-
-def _wrap(name, func):
-    def filter_(*args, **kwargs):
-        if _IMPORT_ERROR is not None:
-            raise AnsibleFilterError(
-                f"{name}: the vllm_ops package is not importable by the controller's Python "
-                f"({_IMPORT_ERROR}); run ansible from the project's .venv"
-            )
-        try:
-            return func(*args, **kwargs)
-        except (JobInputError, TypeError) as exc:
-            raise AnsibleFilterError(f"{name}: {exc}") from None
-
-    filter_.__name__ = name
-    filter_.__doc__ = func.__doc__
-    return filter_
+from vllm_ops.filters import filter_map
+from vllm_ops.job import downtime_text
 
 
 class FilterModule:
     """Job filters."""
 
     def filters(self):
-        return {
-            "vllm_job_downtime_text": _wrap("vllm_job_downtime_text", downtime_text),
-        }
+        return filter_map(
+            vllm_job_downtime_text=downtime_text,
+        )
