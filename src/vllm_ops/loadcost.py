@@ -43,15 +43,15 @@ from pathlib import Path
 
 from . import loads as L
 from .artifacts import JOB_JSON, find_newest
-from .cliutil import read_json, run_command
+from .cliutil import run_command
 from .errors import VllmOpsError
-from .records import JobRecord
+from .records import JobRecord, TuneRecord
+from .records.tune import TUNE_JSON
 
 __all__ = ["LoadInputError", "expected", "history_figures", "last_load", "main", "read_job",
            "server_words", "summary", "time_to_ready"]
 
 PROG = "vllm-load-report"
-TUNE_JSON = "tune.json"
 DEPTH = 3  # <host>/<job id>/job.json below artifacts/<host> is level 2; an experiment's profile/ one deeper
 
 
@@ -85,11 +85,11 @@ def last_load(under: str | Path | None) -> dict:
                         "source": f"the {len(seconds)} load(s) of {job.kind or 'job'} {job.id}"}
     path = find_newest(under, TUNE_JSON)
     if path:
-        record = read_json(path, "tune record", LoadInputError)
-        timed = [x["seconds"] for x in (record.get("loads") or []) if isinstance(x.get("seconds"), (int, float))]
+        tune = TuneRecord.load(path)
+        timed = [x["seconds"] for x in tune.loads if isinstance(x.get("seconds"), (int, float))]
         if timed:
             return {"seconds": round(statistics.median(timed), 1),
-                    "source": f"the loads timed by tune {record.get('id')}"}
+                    "source": f"the loads timed by tune {tune.id}"}
     path = find_newest(under, JOB_JSON)
     if path:
         job = JobRecord.load(path)

@@ -5,11 +5,12 @@ Each record is a typed class with ``load`` (a file, checked, an older release's 
 that writes it (``python -m vllm_ops.records.<record> write DIR``): the roles pass values, never
 the record's shape. So far: :mod:`.job` (``job.json``, the job skeleton's record of every job) and
 :mod:`.experiment` (``experiment.json``, one host's benchmark of a baseline and its variants, kept by
-the experiment, the tune and the rollout's canary).
+the experiment, the tune and the rollout's canary) and :mod:`.tune` (``tune.json``, one host's tune).
 """
 
 from .errors import RecordError
 from .experiment import ExperimentRecord
 from .job import JobRecord
+from .tune import TuneRecord
 
-__all__ = ["ExperimentRecord", "JobRecord", "RecordError"]
+__all__ = ["ExperimentRecord", "JobRecord", "RecordError", "TuneRecord"]

@@ -54,6 +54,8 @@ from ..cliutil import read_json
 from ..experiment import build_report, load_experiment
 from ..experiment.analysis import TPOT, drift_measured
 from ..job import JobInputError, downtime_text, duration
+from ..records import RecordError, TuneRecord
+from ..records.tune import TUNE_JSON
 from .errors import TuneInputError
 
 SCHEMA = "vllm-ops/tune-report/1"
@@ -153,7 +155,10 @@ def profile_summary(path: Path) -> dict:
 def analyze(directory: str | Path) -> dict:
     """The tune's report (``report.json``'s layout, schema :data:`SCHEMA`) of ``directory``."""
     d = Path(directory)
-    record = _read(d / "tune.json", "tune record")
+    try:
+        record = TuneRecord.load(d / TUNE_JSON).to_dict()
+    except RecordError as exc:
+        raise TuneInputError(str(exc)) from None
     plan = _read(d / "plan.json", "tune plan", required=False) or {}
     screened = _read(d / "prescreen.json", "pre-screen", required=False)
     exp_report = None

@@ -119,8 +119,8 @@ def test_the_last_measured_load_comes_from_the_newest_tune_else_a_job_s_gaps(tmp
     _record(host / "20261201T100000Z", "job.json", {"kind": "campaign", "id": "A", "downtime": {"gap_list": [
         {"seconds": 30.0, "open": False}, {"seconds": 40.0, "open": False}, {"seconds": 500.0, "open": True}]}})
     assert last_load(host) == {"seconds": 35.0, "source": "the downtime gaps of campaign A"}
-    _record(host / "20261201T090000Z", "tune.json", {"id": "T", "loads": [{"seconds": 10.0}, {"seconds": 12.0},
-                                                                          {"seconds": 20.0}]})
+    timed = [{"seconds": 10.0}, {"seconds": 12.0}, {"seconds": 20.0}]
+    _record(host / "20261201T090000Z", "tune.json", {**JOB, "id": "T", "loads": timed})
     assert last_load(host) == {"seconds": 12.0, "source": "the loads timed by tune T"}
 
 
