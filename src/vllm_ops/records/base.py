@@ -33,9 +33,9 @@ def check_header(data: object, where: str, schema: str, known: Iterable[str], wh
 
 
 def text(data: Mapping, key: str, where: str, required: bool = True) -> str | None:
-    """A non-empty string field (None where absent and not ``required``)."""
+    """A non-empty string field (None where absent, null or empty and not ``required``)."""
     value = data.get(key)
-    if value is None and not required:
+    if value in (None, "") and not required:
         return None
     if not isinstance(value, str) or not value.strip():
         raise RecordError(f"{where}: '{key}' must be a non-empty string, got {value!r}")

@@ -2,23 +2,13 @@
 of each host, in one stable layout that the Markdown template reads.
 
 Inputs, in the rollout's directory (``<artifacts>/rollout/<rollout id>/``): ``hosts/<host>.json``, one
-record per host the rollout reached, written by the role once the host is back on its last-known-good::
-
-    host, stage ("canary" | "fleet"), outcome, restarted (bool), error (str | null), job_id, job_dir,
-    started_at, finished_at, downtime (the health poller's record | null), change (str),
-    before {version, executable}, after {version, executable} (what the host runs now, as /version and
-    the unit's ExecStart say), readback (the vllm role's read-back of the host's last start in the
-    job, roles/vllm/module_utils/vllm_readback_lib.py | null: no start, or none read back), gate (path
-    of the canary's gate.json | null), smoke {completion, metrics} | null
+record per host the rollout reached, written by the role once the host is back on its last-known-good
+(:mod:`vllm_ops.records.rollout_host` defines its fields, ``outcome`` among them); and each canary's
+``gate.json``.
 
 An entry's ``after`` is the read-back where there is one: {version (the executable's distribution,
 else the server's /version), executable (its real path), read_back: true, pid}; the headline and the
 page say "read back" beside it.
-
-``outcome`` is where the host ended: ``kept`` (the change passed and is the host's new last-known-good),
-``refused`` (before anything stopped: the release check or the settings), ``did not load`` (rolled back
-by the vllm role), ``regressed`` or ``inconclusive`` (the canary's gate), ``smoke failed`` (a later host's smoke check),
-``failed`` (anything else; the host is on its last-known-good all the same).
 
 Layout (``schema`` ``vllm-ops/rollout-report/1``)::
 
@@ -57,12 +47,13 @@ from ..experiment.analysis import analyze_host, drift_measured
 from ..experiment.headline import drift_text
 from ..experiment.inputs import load_experiment
 from ..job import downtime_text
+from ..records import RecordError
+from ..records.rollout_host import OUTCOMES, RolloutHostRecord
 from .errors import RolloutInputError
 
 __all__ = ["OUTCOMES", "SCHEMA", "build_report", "load_rollout", "status_of"]
 
 SCHEMA = "vllm-ops/rollout-report/1"
-OUTCOMES = ("kept", "refused", "did not load", "regressed", "inconclusive", "smoke failed", "failed")
 ROLLED_BACK = ("did not load", "regressed", "inconclusive", "smoke failed")
 
 
@@ -83,22 +74,10 @@ def status_of(outcome: str, restarted: bool) -> str:
 
 
 def _record(path: Path) -> dict:
-    data = read_json(path, "rollout host record", RolloutInputError,
-                     missing="no such file; the rollout role writes it once the host is back")
-    where = str(path)
-    if not isinstance(data, Mapping):
-        raise RolloutInputError(f"{where}: must be a JSON object")
-    for key in ("host", "stage", "outcome"):
-        if not isinstance(data.get(key), str) or not data[key]:
-            raise RolloutInputError(f"{where}: '{key}' must be a non-empty string, got {data.get(key)!r}")
-    if data["stage"] not in ("canary", "fleet"):
-        raise RolloutInputError(f"{where}: 'stage' must be canary or fleet, got {data['stage']!r}")
-    if data["outcome"] not in OUTCOMES:
-        raise RolloutInputError(f"{where}: 'outcome' must be one of {list(OUTCOMES)}, got {data['outcome']!r}")
-    for key in ("before", "after", "readback"):
-        if data.get(key) is not None and not isinstance(data[key], Mapping):
-            raise RolloutInputError(f"{where}: '{key}' must be a mapping or null")
-    return dict(data)
+    try:
+        return RolloutHostRecord.load(path).to_dict()
+    except RecordError as exc:
+        raise RolloutInputError(str(exc)) from None
 
 
 def load_rollout(directory: str | Path) -> dict:
