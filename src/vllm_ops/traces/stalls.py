@@ -23,7 +23,7 @@ Definitions (per rank, over its decode steps; thresholds are the constants below
   slowly for a while, :mod:`.regimes`) hold less than a period each outside their window, and
   are no stalls. A stall on the first step of its capture has ``first_in_capture`` true.
 * ``time_share``: the stall's ``host_ms`` over the rank's decode time (the sum of the durations
-  the steady-state rule compares, :func:`.steady.step_duration`): how much of the decode time
+  the steady-state rule compares, :func:`step_duration`): how much of the decode time
   the host spent stalled there.
 """
 
@@ -38,11 +38,18 @@ MIN_STEPS = 3
 THRESHOLDS = {"stall_rel": STALL_REL, "stall_periods": STALL_PERIODS, "min_steps": MIN_STEPS}
 
 
+def step_duration(step: Mapping) -> float | None:
+    """The duration the steady-state rule 2 compares (:mod:`.steady`): period, else window, else CPU
+    annotation (ms)."""
+    for key in ("period_ms", "window_ms", "cpu_ms"):
+        if step.get(key) is not None:
+            return step[key]
+    return None
+
+
 def find(decode_steps: Sequence[Mapping]) -> list[dict]:
     """``[{index, host_ms, median_host_ms, median_period_ms, ratio, time_share, first_in_capture}]``: the
     stalls among one rank's decode step rows (see the module docstring), in step order."""
-    from .steady import step_duration  # steady names the stalls in its reasons
-
     host = [s["host_ms"] for s in decode_steps if s.get("host_ms") is not None]
     if len(host) < MIN_STEPS:
         return []

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from . import stalls
+from .stalls import step_duration
 
 FIRST_STEP_MIN_STEPS = 3
 START_UP = "first profiled step (profiler start-up; ranks start profiling apart)"
@@ -61,14 +62,6 @@ def averaged(rows: Sequence[Mapping], measured: bool = True) -> list[Mapping]:
     docstring); ``measured``: whether the rank's trace holds GPU kernels (a window is then needed)."""
     return [s for s in rows if s.get("phase", "decode") == "decode" and s.get("steady")
             and s.get("period_ms") is not None and (s.get("window_ms") is not None or not measured)]
-
-
-def step_duration(step: Mapping) -> float | None:
-    """The duration rule 2 compares: period, else window, else CPU annotation (ms)."""
-    for key in ("period_ms", "window_ms", "cpu_ms"):
-        if step.get(key) is not None:
-            return step[key]
-    return None
 
 
 def left_out(decode_steps: Sequence[Mapping]) -> dict[int, list[str]]:
