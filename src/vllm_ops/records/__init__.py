@@ -2,7 +2,7 @@
 
 Each record is a typed class with ``load`` (a file, checked, an older release's migrated), ``dump``
 (written atomically with its schema version) and, where the Ansible side hands it values, a command
-that writes it (``python -m vllm_ops.records.<record> write DIR``): the roles pass values, never
+that writes it (``python -m vllm_ops.records write RECORD DIR``): the roles pass values, never
 the record's shape. So far: :mod:`.job` (``job.json``, the job skeleton's record of every job),
 :mod:`.experiment` (``experiment.json``, one host's benchmark of a baseline and its variants, kept by
 the experiment, the tune and the rollout's canary), :mod:`.tune` (``tune.json``, one host's tune) and

@@ -18,7 +18,7 @@ the job measured it again at its end, round 2. A file without ``schema`` is an e
 (schema 0): the same fields, any of ``started_at``, ``finished_at``, ``tensor_parallel_size``,
 ``downtime``, ``stopped`` and ``noise_floor_pct`` (1.0) absent. A later schema is refused.
 
-The jobs hand the values to ``python -m vllm_ops.records.experiment write DIR`` (a JSON object on
+The jobs hand the values to ``python -m vllm_ops.records write experiment DIR`` (a JSON object on
 stdin, ``finished_at`` now unless given), which checks them and writes ``DIR/experiment.json``.
 Each run's bench result file is read by :func:`vllm_ops.experiment.load_experiment`, not here.
 """
@@ -26,28 +26,32 @@ Each run's bench result file is read by :func:`vllm_ops.experiment.load_experime
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from ..artifacts import write_json
-from ..cliutil import read_json
-from .base import check_header, text, write_main
+from .base import Record, text
 from .errors import RecordError
 
 __all__ = ["BASELINE", "EXPERIMENT_JSON", "SCHEMA", "STATUSES", "ExperimentRecord"]
 
 SCHEMA = "vllm-ops/experiment/1"
 EXPERIMENT_JSON = "experiment.json"
-PROG = "python -m vllm_ops.records.experiment"
 BASELINE = "baseline"  # the reserved variant name of the normal service, rounds 1 (start) and 2 (end)
 STATUSES = ("ok", "failed", "not run")  # "not run": the job stopped before the variant
 
 
 @dataclass(frozen=True)
-class ExperimentRecord:
+class ExperimentRecord(Record):
     """One host's benchmark of a baseline and its variants (the module's docstring)."""
+
+    SCHEMA: ClassVar[str] = SCHEMA
+    FILE: ClassVar[str] = EXPERIMENT_JSON
+    TITLE: ClassVar[str] = "an experiment record"
+    READ_AS: ClassVar[str] = "experiment"
+    MISSING: ClassVar[str | None] = "no such file; check the experiment directory (the Ansible role writes it)"
+    DAMAGED: ClassVar[str] = "; the file is damaged or was cut short, so re-run that step"
+    VALUES_AS: ClassVar[str] = "the experiment's values"
 
     id: str
     host: str
@@ -68,7 +72,7 @@ class ExperimentRecord:
     def from_dict(cls, data: object, where: str = EXPERIMENT_JSON) -> ExperimentRecord:
         """The record of ``data`` (a parsed ``experiment.json``, or a job's values), checked; an earlier
         schema's migrated. Every problem names ``where`` and the field."""
-        data = check_header(data, where, SCHEMA, (f.name for f in fields(cls)), "an experiment record")
+        data = cls.header(data, where)
         values: dict = {key: text(data, key, where) for key in ("id", "host")}
         for key in ("started_at", "finished_at", "model", "vllm_version", "stopped"):
             values[key] = text(data, key, where, required=False)
@@ -99,23 +103,6 @@ class ExperimentRecord:
             raise RecordError(f"{where}: 'runs' must be a list, got {type(runs).__name__}")
         values["runs"] = [_run(where, i, r, set(names), values["load"]["concurrencies"]) for i, r in enumerate(runs)]
         return cls(**values)
-
-    @classmethod
-    def load(cls, path: str | Path) -> ExperimentRecord:
-        """``path`` read and checked (:meth:`from_dict`)."""
-        return cls.from_dict(read_json(path, "experiment", RecordError,
-                                       missing="no such file; check the experiment directory (the Ansible role "
-                                               "writes it)",
-                                       damaged="; the file is damaged or was cut short, so re-run that step"),
-                             str(path))
-
-    def to_dict(self) -> dict:
-        """The record as ``experiment.json`` holds it, with its schema."""
-        return {"schema": SCHEMA, **asdict(self)}
-
-    def dump(self, directory: str | Path) -> Path:
-        """Write ``DIR/experiment.json`` atomically; its path."""
-        return write_json(Path(directory) / EXPERIMENT_JSON, self.to_dict())
 
 
 def _number(value: object) -> bool:
@@ -205,13 +192,3 @@ def _run(where: str, i: int, r: object, names: set, concurrencies: list) -> dict
             raise RecordError(f"{at}: 'metrics.{k}' must be a number, got {v!r}")
     return {"variant": variant, "round": rnd, "concurrency": conc, "repeat": r.get("repeat"),
             "file": text(r, "file", at), "metrics": metrics}
-
-
-def main(argv: list[str] | None = None) -> int:
-    return write_main(argv, PROG, "one host's benchmark record", EXPERIMENT_JSON,
-                      lambda directory, values: ExperimentRecord.from_dict(values, "the experiment's values")
-                      .dump(directory))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,33 +11,36 @@ A file without ``schema`` is an earlier release's (schema 0): the same fields, a
 ``controller``, ``loads``, ``disk``, ``page_cache_warmed`` and ``error`` absent; it is read as
 schema 1 with those empty. A file of a later schema is refused: a newer vllm-ops wrote it.
 
-The skeleton hands the values to ``python -m vllm_ops.records.job write DIR`` (a JSON object on
+The skeleton hands the values to ``python -m vllm_ops.records write job DIR`` (a JSON object on
 stdin, ``finished_at`` now unless given), which checks them and writes ``DIR/job.json`` atomically.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from ..artifacts import JOB_JSON, write_json
-from ..cliutil import read_json
+from ..artifacts import JOB_JSON
 from ..job import JobInputError, parse_time
-from .base import check_header, text, write_main
+from .base import Record, object_or_null, text
 from .errors import RecordError
 
 __all__ = ["SCHEMA", "JobRecord"]
 
 SCHEMA = "vllm-ops/job/1"
-PROG = "python -m vllm_ops.records.job"
-_OPTIONAL_MAPPINGS = ("downtime", "disk", "page_cache_warmed")
 
 
 @dataclass(frozen=True)
-class JobRecord:
+class JobRecord(Record):
     """One job as the skeleton recorded it (the module's docstring)."""
+
+    SCHEMA: ClassVar[str] = SCHEMA
+    FILE: ClassVar[str] = JOB_JSON
+    TITLE: ClassVar[str] = "a job record"
+    READ_AS: ClassVar[str] = "job record"
+    VALUES_AS: ClassVar[str] = "the job's values"
 
     id: str
     host: str
@@ -55,7 +58,7 @@ class JobRecord:
     def from_dict(cls, data: object, where: str = JOB_JSON) -> JobRecord:
         """The record of ``data`` (a parsed ``job.json``, or the skeleton's values), checked; an
         earlier schema's migrated. Every problem names ``where`` and the field."""
-        data = check_header(data, where, SCHEMA, (f.name for f in fields(cls)), "a job record")
+        data = cls.header(data, where)
         values = {}
         for key in ("id", "host", "started_at", "finished_at"):
             values[key] = text(data, key, where)
@@ -66,18 +69,10 @@ class JobRecord:
                 raise RecordError(f"{where}: '{key}' is no time: {exc}") from None
         for key in ("kind", "controller", "error"):
             values[key] = text(data, key, where, required=False)
-        for key in _OPTIONAL_MAPPINGS:
-            value = data.get(key)
-            if value is not None and not isinstance(value, Mapping):
-                raise RecordError(f"{where}: '{key}' must be an object or null, not {type(value).__name__}")
-            values[key] = dict(value) if value is not None else None
+        for key in ("downtime", "disk", "page_cache_warmed"):
+            values[key] = object_or_null(data, key, where)
         values["loads"] = _loads(data.get("loads"), where)
         return cls(**values)
-
-    @classmethod
-    def load(cls, path: str | Path) -> JobRecord:
-        """``path`` read and checked (:meth:`from_dict`)."""
-        return cls.from_dict(read_json(path, "job record", RecordError), str(path))
 
     @classmethod
     def read(cls, directory: str | Path) -> JobRecord | None:
@@ -86,13 +81,6 @@ class JobRecord:
         path = Path(directory) / JOB_JSON
         return cls.load(path) if path.exists() else None
 
-    def to_dict(self) -> dict:
-        """The record as ``job.json`` holds it, with its schema."""
-        return {"schema": SCHEMA, **asdict(self)}
-
-    def dump(self, directory: str | Path) -> Path:
-        """Write ``DIR/job.json`` atomically; its path."""
-        return write_json(Path(directory) / JOB_JSON, self.to_dict())
 
 
 def _loads(value: object, where: str) -> list[dict]:
@@ -105,12 +93,3 @@ def _loads(value: object, where: str) -> list[dict]:
         raise RecordError(f"{where}: 'loads' must be a list of load records, each with its phases "
                           "(vllm_ops.loads.parse_load)")
     return [dict(x) for x in value]
-
-
-def main(argv: list[str] | None = None) -> int:
-    return write_main(argv, PROG, "a job's record", JOB_JSON,
-                      lambda directory, values: JobRecord.from_dict(values, "the job's values").dump(directory))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,33 +16,35 @@ role once the host is back on its last-known-good.
 ``inconclusive`` (the canary's gate), ``smoke failed`` (a later host's smoke check), ``failed`` (anything
 else; the host is on its last-known-good all the same). A file without ``schema`` is an earlier
 release's (schema 0), read as the same fields. The role hands the values to
-``python -m vllm_ops.records.rollout_host write DIR`` (``finished_at`` now unless given), which writes
+``python -m vllm_ops.records write rollout-host DIR`` (``finished_at`` now unless given), which writes
 ``DIR/<host>.json``.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
+from typing import ClassVar
 
-from ..artifacts import write_json
-from ..cliutil import read_json
-from .base import check_header, text, write_main
+from .base import Record, flag, object_or_null, text
 from .errors import RecordError
 
 __all__ = ["OUTCOMES", "SCHEMA", "STAGES", "RolloutHostRecord"]
 
 SCHEMA = "vllm-ops/rollout-host/1"
-PROG = "python -m vllm_ops.records.rollout_host"
 STAGES = ("canary", "fleet")
 OUTCOMES = ("kept", "refused", "did not load", "regressed", "inconclusive", "smoke failed", "failed")
 
 
 @dataclass(frozen=True)
-class RolloutHostRecord:
+class RolloutHostRecord(Record):
     """One host's part in a rollout (the module's docstring)."""
+
+    SCHEMA: ClassVar[str] = SCHEMA
+    FILE: ClassVar[str] = "<host>.json"
+    TITLE: ClassVar[str] = "a rollout host record"
+    READ_AS: ClassVar[str] = "rollout host record"
+    MISSING: ClassVar[str | None] = "no such file; the rollout role writes it once the host is back"
+    VALUES_AS: ClassVar[str] = "the host's values"
 
     host: str
     stage: str
@@ -65,46 +67,18 @@ class RolloutHostRecord:
     def from_dict(cls, data: object, where: str = "hosts/<host>.json") -> RolloutHostRecord:
         """The record of ``data`` (a parsed host record, or the role's values), checked; an earlier
         schema's migrated. Every problem names ``where`` and the field."""
-        data = check_header(data, where, SCHEMA, (f.name for f in fields(cls)), "a rollout host record")
+        data = cls.header(data, where)
         values: dict = {key: text(data, key, where) for key in ("host", "stage", "outcome")}
         if values["stage"] not in STAGES:
             raise RecordError(f"{where}: 'stage' must be canary or fleet, got {values['stage']!r}")
         if values["outcome"] not in OUTCOMES:
             raise RecordError(f"{where}: 'outcome' must be one of {list(OUTCOMES)}, got {values['outcome']!r}")
-        restarted = data.get("restarted", False)
-        if not isinstance(restarted, bool):
-            raise RecordError(f"{where}: 'restarted' must be true or false, got {restarted!r}")
-        values["restarted"] = restarted
+        values["restarted"] = flag(data, "restarted", where)
         for key in ("error", "job_id", "job_dir", "started_at", "finished_at", "change", "gate"):
             values[key] = text(data, key, where, required=False)
         for key in ("downtime", "before", "after", "readback", "smoke"):
-            value = data.get(key)
-            if value is not None and not isinstance(value, Mapping):
-                raise RecordError(f"{where}: '{key}' must be a mapping or null")
-            values[key] = dict(value) if value is not None else None
+            values[key] = object_or_null(data, key, where)
         return cls(**values)
 
-    @classmethod
-    def load(cls, path: str | Path) -> RolloutHostRecord:
-        """``path`` read and checked (:meth:`from_dict`)."""
-        return cls.from_dict(read_json(path, "rollout host record", RecordError,
-                                       missing="no such file; the rollout role writes it once the host is back"),
-                             str(path))
-
-    def to_dict(self) -> dict:
-        """The record as its file holds it, with its schema."""
-        return {"schema": SCHEMA, **asdict(self)}
-
-    def dump(self, directory: str | Path) -> Path:
-        """Write ``DIR/<host>.json`` atomically; its path."""
-        return write_json(Path(directory) / f"{self.host}.json", self.to_dict())
-
-
-def main(argv: list[str] | None = None) -> int:
-    return write_main(argv, PROG, "a rollout host's record", "<host>.json",
-                      lambda directory, values: RolloutHostRecord.from_dict(values, "the host's values")
-                      .dump(directory))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    def file_name(self) -> str:
+        return f"{self.host}.json"

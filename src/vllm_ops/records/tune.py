@@ -14,32 +14,36 @@
 
 A file without ``schema`` is an earlier release's (schema 0): the same fields, any but ``id``, ``host``
 and ``started_at`` absent. A later schema is refused. The role hands the values to
-``python -m vllm_ops.records.tune write DIR`` (a JSON object on stdin, ``finished_at`` now unless given).
+``python -m vllm_ops.records write tune DIR`` (a JSON object on stdin, ``finished_at`` now unless given).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from ..artifacts import write_json
-from ..cliutil import read_json
-from .base import check_header, text, write_main
+from .base import Record, flag, object_or_null, text
 from .errors import RecordError
 
 __all__ = ["PROFILE_PATHS", "SCHEMA", "TUNE_JSON", "TuneRecord"]
 
 SCHEMA = "vllm-ops/tune/1"
 TUNE_JSON = "tune.json"
-PROG = "python -m vllm_ops.records.tune"
 PROFILE_PATHS = ("live", "restart", "none")
 
 
 @dataclass(frozen=True)
-class TuneRecord:
+class TuneRecord(Record):
     """One host's tune as its role recorded it (the module's docstring)."""
+
+    SCHEMA: ClassVar[str] = SCHEMA
+    FILE: ClassVar[str] = TUNE_JSON
+    TITLE: ClassVar[str] = "a tune record"
+    READ_AS: ClassVar[str] = "tune record"
+    MISSING: ClassVar[str | None] = "no such file; the tune role writes it"
+    VALUES_AS: ClassVar[str] = "the tune's values"
+    RENAMED: ClassVar[dict[str, str]] = {"bench_load": "load"}
 
     id: str
     host: str
@@ -59,53 +63,19 @@ class TuneRecord:
     def from_dict(cls, data: object, where: str = TUNE_JSON) -> TuneRecord:
         """The record of ``data`` (a parsed ``tune.json``, or the role's values), checked; an earlier
         schema's migrated. Every problem names ``where`` and the field."""
-        known = ["load" if f.name == "bench_load" else f.name for f in fields(cls)]
-        data = check_header(data, where, SCHEMA, known, "a tune record")
+        data = cls.header(data, where)
         values: dict = {key: text(data, key, where) for key in ("id", "host", "started_at")}
         for key in ("finished_at", "profile_path", "applied", "error", "drift_error"):
             values[key] = text(data, key, where, required=False)
         if values["profile_path"] not in (None, *PROFILE_PATHS):
             raise RecordError(f"{where}: 'profile_path' must be one of {', '.join(PROFILE_PATHS)}, got "
                               f"{values['profile_path']!r}")
-        stopped = data.get("stopped", False)
-        if not isinstance(stopped, bool):
-            raise RecordError(f"{where}: 'stopped' must be true or false (whether the tune stopped the service), "
-                              f"got {stopped!r}")
-        values["stopped"] = stopped
-        for key in ("downtime", "load"):
-            value = data.get(key)
-            if value is not None and not isinstance(value, Mapping):
-                raise RecordError(f"{where}: '{key}' must be an object or null, not {type(value).__name__}")
-            values["bench_load" if key == "load" else key] = (dict(value) if value is not None
-                                                              else {} if key == "load" else None)
+        values["stopped"] = flag(data, "stopped", where)
+        values["downtime"] = object_or_null(data, "downtime", where)
+        values["bench_load"] = object_or_null(data, "load", where) or {}
         loads = data.get("loads") or []
         if not isinstance(loads, list) or not all(isinstance(x, Mapping) for x in loads):
             raise RecordError(f"{where}: 'loads' must be a list of the loads the tune timed "
                               "({what, name, status, seconds})")
         values["loads"] = [dict(x) for x in loads]
         return cls(**values)
-
-    @classmethod
-    def load(cls, path: str | Path) -> TuneRecord:
-        """``path`` read and checked (:meth:`from_dict`)."""
-        return cls.from_dict(read_json(path, "tune record", RecordError, missing="no such file; the tune role "
-                                                                                "writes it"), str(path))
-
-    def to_dict(self) -> dict:
-        """The record as ``tune.json`` holds it, with its schema."""
-        out = asdict(self)
-        out["load"] = out.pop("bench_load")
-        return {"schema": SCHEMA, **out}
-
-    def dump(self, directory: str | Path) -> Path:
-        """Write ``DIR/tune.json`` atomically; its path."""
-        return write_json(Path(directory) / TUNE_JSON, self.to_dict())
-
-
-def main(argv: list[str] | None = None) -> int:
-    return write_main(argv, PROG, "a tune's record", TUNE_JSON,
-                      lambda directory, values: TuneRecord.from_dict(values, "the tune's values").dump(directory))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

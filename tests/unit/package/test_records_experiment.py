@@ -9,7 +9,8 @@ import json
 import pytest
 
 from vllm_ops.records import ExperimentRecord, RecordError
-from vllm_ops.records import experiment as experiment_record
+from vllm_ops.records.__main__ import RECORDS
+from vllm_ops.records.base import write_main
 
 LOAD = {"input_len": 32, "output_len": 16, "num_prompts": 8, "concurrencies": [1, 4], "repeats": 2, "warmups": 1,
         "seed": 0, "temperature": 0.0, "prompts_file": "", "bench_args": []}
@@ -67,7 +68,7 @@ def test_a_wrong_field_is_named(tmp_path, change, message):
 def test_a_jobs_values_on_stdin_are_written_finished_now(tmp_path, monkeypatch, capsys):
     values = {k: v for k, v in VALUES.items() if k != "finished_at"}
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(values)))
-    assert experiment_record.main(["write", str(tmp_path / "experiment")]) == 0
+    assert write_main(["write", "experiment", str(tmp_path / "experiment")], RECORDS) == 0
     written = json.loads((tmp_path / "experiment" / "experiment.json").read_text())
     assert written["finished_at"].endswith("Z") and written["runs"] == [RUN]
     assert capsys.readouterr().out.strip() == str(tmp_path / "experiment" / "experiment.json")
@@ -75,6 +76,6 @@ def test_a_jobs_values_on_stdin_are_written_finished_now(tmp_path, monkeypatch, 
 
 def test_values_that_do_not_make_a_record_are_refused_and_nothing_written(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({**VALUES, "load": {}})))
-    assert experiment_record.main(["write", str(tmp_path)]) == 2
+    assert write_main(["write", "experiment", str(tmp_path)], RECORDS) == 2
     assert "the experiment's values: 'load.concurrencies' must be a non-empty list" in capsys.readouterr().err
     assert not (tmp_path / "experiment.json").exists()

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from vllm_ops.records import JobRecord, RecordError
-from vllm_ops.records import job as job_record
+from vllm_ops.records.__main__ import RECORDS
+from vllm_ops.records.base import write_main
 
 LOAD = {"variant": None, "ready": True, "total_s": 12.5, "phases": [{"name": "weights", "seconds": 8.0}]}
 VALUES = {"id": "20261205T090000Z", "kind": "experiment", "host": "gpu-1", "controller": "ops-1",
@@ -57,7 +58,7 @@ def test_a_wrong_field_is_named(tmp_path, change, message):
 def test_the_skeletons_values_on_stdin_are_written_finished_now(tmp_path, monkeypatch, capsys):
     values = {k: v for k, v in VALUES.items() if k != "finished_at"}
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(values)))
-    assert job_record.main(["write", str(tmp_path)]) == 0
+    assert write_main(["write", "job", str(tmp_path)], RECORDS) == 0
     written = json.loads((tmp_path / "job.json").read_text())
     assert written["finished_at"].endswith("Z") and written["loads"] == [LOAD]
     assert capsys.readouterr().out.strip() == str(tmp_path / "job.json")
@@ -65,6 +66,6 @@ def test_the_skeletons_values_on_stdin_are_written_finished_now(tmp_path, monkey
 
 def test_values_the_record_does_not_know_are_refused_and_nothing_written(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({**VALUES, "downtme": {}})))
-    assert job_record.main(["write", str(tmp_path)]) == 2
+    assert write_main(["write", "job", str(tmp_path)], RECORDS) == 2
     assert "the job's values: unknown field(s) downtme" in capsys.readouterr().err
     assert not (tmp_path / "job.json").exists()

@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-from vllm_ops.records import RecordError, RolloutHostRecord, rollout_host
+from vllm_ops.records import RecordError, RolloutHostRecord
+from vllm_ops.records.__main__ import RECORDS
+from vllm_ops.records.base import write_main
 
 VALUES = {"host": "gpu-2", "stage": "fleet", "outcome": "did not load", "restarted": True,
           "error": "the change did not load", "job_id": "20261205T090000Z", "job_dir": "/art/gpu-2/20261205T090000Z",
@@ -36,7 +38,7 @@ def test_an_earlier_releases_record_and_empty_texts_read_as_none(tmp_path):
     ({"stage": "batch"}, "'stage' must be canary or fleet, got 'batch'"),
     ({"outcome": "rolled back"}, "'outcome' must be one of"),
     ({"restarted": "yes"}, "'restarted' must be true or false"),
-    ({"after": "0.33.0"}, "'after' must be a mapping or null"),
+    ({"after": "0.33.0"}, "'after' must be an object or null, not str"),
 ])
 def test_a_wrong_field_is_named(change, message):
     with pytest.raises(RecordError, match=message):
@@ -45,5 +47,5 @@ def test_a_wrong_field_is_named(change, message):
 
 def test_the_roles_values_on_stdin_are_written_finished_now(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({k: v for k, v in VALUES.items() if k != "finished_at"})))
-    assert rollout_host.main(["write", str(tmp_path / "hosts")]) == 0
+    assert write_main(["write", "rollout-host", str(tmp_path / "hosts")], RECORDS) == 0
     assert json.loads((tmp_path / "hosts" / "gpu-2.json").read_text())["finished_at"].endswith("Z")

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from vllm_ops.records import RecordError, TuneRecord
-from vllm_ops.records import tune as tune_record
+from vllm_ops.records.__main__ import RECORDS
+from vllm_ops.records.base import write_main
 
 VALUES = {"id": "20261205T090000Z", "host": "gpu-1", "started_at": "2026-12-05T09:00:00Z",
           "finished_at": "2026-12-05T10:00:00Z", "profile_path": "restart", "stopped": True, "applied": "LL128",
@@ -47,6 +48,6 @@ def test_a_wrong_field_is_named(tmp_path, change, message):
 
 def test_the_roles_values_on_stdin_are_written_finished_now(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({k: v for k, v in VALUES.items() if k != "finished_at"})))
-    assert tune_record.main(["write", str(tmp_path)]) == 0
+    assert write_main(["write", "tune", str(tmp_path)], RECORDS) == 0
     written = json.loads((tmp_path / "tune.json").read_text())
     assert written["finished_at"].endswith("Z") and written["load"] == VALUES["load"]
