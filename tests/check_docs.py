@@ -57,6 +57,8 @@ class EntryPoint:
     defaults: dict = field(default_factory=dict)
     # The role's, not the entry point's: any of its entry points' short_description starts with "Internal".
     internal: bool = False
+    # The options are main's own (a YAML alias in the spec: a job's checks validate main's options).
+    options_of_main: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -97,6 +99,7 @@ def load_entry_points(root: Path) -> list[EntryPoint]:
         defaults = (_yaml(defaults_file, root) or {}) if defaults_file else {}
         described = {name: str((spec or {}).get("short_description") or "").strip() for name, spec in specs.items()}
         internal = any(text.startswith(INTERNAL_PREFIX) for text in described.values())
+        main_options = (specs.get("main") or {}).get("options")
         for name, spec in specs.items():
             entries.append(
                 EntryPoint(
@@ -106,6 +109,8 @@ def load_entry_points(root: Path) -> list[EntryPoint]:
                     options=(spec or {}).get("options") or {},
                     defaults=defaults if name == "main" else {},
                     internal=internal,
+                    options_of_main=name != "main" and bool(main_options)
+                    and (spec or {}).get("options") is main_options,
                 )
             )
     return entries
@@ -238,6 +243,8 @@ def render(entry: EntryPoint, page: Path, root: Path) -> list[str]:
     ]
     if not entry.options:
         return [*lines, "No variables.", ""]
+    if entry.options_of_main:
+        return [*lines, "The variables of the entry point `main`, checked when this one is included.", ""]
     return [
         *lines,
         "| variable | type | default | description |",

@@ -3,9 +3,10 @@
 
 - A role is entered only through a declared entry point: every ``include_role``/``import_role``
   with ``tasks_from`` names an entry point of the target's ``meta/argument_specs.yml``.
-- A job role (one that includes the internal skeleton ``vllm_job`` with ``tasks_from: run``)
-  declares the entry points the skeleton calls back (``checks``, ``work``, ``report``) and never
-  includes another job role: what jobs share lives in the skeleton or in a piece role.
+- A job is sequenced by its playbook, never by a role: a play that enters the internal skeleton
+  ``vllm_job`` runs, in this order, its ``preflight``, the job role's ``checks``, ``begin``, ``open``,
+  the job role's ``work``, ``failed`` (the rescue), ``end`` (the always), the job role's ``report``,
+  ``failed`` and ``finish`` (the always); no role includes a job role, nor a role named by a template.
 - A role's private names (``__<role>_*``, facts, registers and vars) appear only in that role's
   own files: no role, playbook or template reads another's.
 
@@ -23,7 +24,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SKELETON = "vllm_job"
-CALLBACKS = ("checks", "work", "report")
+# A job's playbook, in order: (role, entry point), JOB standing for the job role.
+JOB = "<job>"
+SEQUENCE = ((SKELETON, "preflight"), (JOB, "checks"), (SKELETON, "begin"), (SKELETON, "open"), (JOB, "work"),
+            (SKELETON, "failed"), (SKELETON, "end"), (JOB, "report"), (SKELETON, "failed"), (SKELETON, "finish"))
 INCLUDE_ACTIONS = {f"{prefix}{verb}_role" for prefix in ("", "ansible.builtin.", "ansible.legacy.")
                    for verb in ("include", "import")}
 PRIVATE = re.compile(r"\b__([a-z][a-z0-9_]*)")
@@ -77,6 +81,10 @@ def _owner(name: str, roles: list[str]) -> str | None:
     return max(owners, key=len) if owners else None
 
 
+def _steps(steps) -> str:
+    return ", ".join(f"{role}:{tasks_from}" for role, tasks_from in steps) or "nothing"
+
+
 def check(root: Path) -> list[str]:
     roles_dir = root / "roles"
     roles = sorted(p.name for p in roles_dir.iterdir() if (p / "tasks").is_dir()) if roles_dir.is_dir() else []
@@ -88,14 +96,30 @@ def check(root: Path) -> list[str]:
     includes = {}  # file -> [(role, tasks_from)]
     for path in files + playbooks:
         includes[path] = list(_includes(path))
-    jobs = {path.relative_to(roles_dir).parts[0] for path, found in includes.items()
-            if path.is_relative_to(roles_dir) and (SKELETON, "run") in found}
+    # A job role: one whose checks a playbook runs beside the skeleton.
+    jobs = {}  # job role -> its playbooks
+    for path, found in includes.items():
+        if path.is_relative_to(roles_dir) or (SKELETON, "begin") not in found:
+            continue
+        job_roles = sorted({role for role, tasks_from in found if tasks_from == "checks" and role != SKELETON})
+        if len(job_roles) != 1:
+            problems.append(f"{path.relative_to(root)}: a job playbook runs one job role's checks, not {job_roles}")
+            continue
+        job = job_roles[0]
+        jobs.setdefault(job, []).append(path)
+        steps = tuple((JOB if role == job else role, tasks_from) for role, tasks_from in found
+                      if role in (job, SKELETON))
+        if steps != SEQUENCE:
+            problems.append(f"{path.relative_to(root)}: runs the job as {_steps(steps)}; a job playbook runs "
+                            f"{_steps(SEQUENCE)} (roles/{SKELETON}/meta/argument_specs.yml)")
 
     for path, found in includes.items():
         where = path.relative_to(root)
         caller = path.relative_to(roles_dir).parts[0] if path.is_relative_to(roles_dir) else None
         for role, tasks_from in found:
-            if "{{" in role:  # the skeleton's call back into its job role, checked below
+            if "{{" in role:
+                problems.append(f"{where}: includes a role named by a template ({role}); name the role, so that "
+                                "every edge between roles can be read")
                 continue
             if role not in entries:
                 problems.append(f"{where}: includes role {role}, which is not in roles/")
@@ -103,14 +127,9 @@ def check(root: Path) -> list[str]:
             if tasks_from is not None and tasks_from not in entries[role]:
                 problems.append(f"{where}: enters role {role} through tasks_from {tasks_from}, which its "
                                 f"meta/argument_specs.yml does not declare as an entry point")
-            if caller in jobs and role in jobs and role != caller:
-                problems.append(f"{where}: job role {caller} includes job role {role}; what jobs share belongs in "
-                                f"{SKELETON} or in a piece role")
-    for job in sorted(jobs):
-        missing = [c for c in CALLBACKS if c not in entries[job]]
-        if missing:
-            problems.append(f"roles/{job}: a job role on {SKELETON} must declare the entry points "
-                            f"{', '.join(missing)} (meta/argument_specs.yml), which the skeleton calls back")
+            if caller is not None and role in jobs and role != caller:
+                problems.append(f"{where}: role {caller} includes job role {role}; a job is sequenced by its playbook, "
+                                f"and what jobs share belongs in {SKELETON} or in a piece role")
 
     # Templates name variables too: a role's own may use its private names, no other's.
     templates = sorted(roles_dir.glob("*/templates/**/*.j2")) if roles_dir.is_dir() else []
