@@ -7,6 +7,8 @@
   ``vllm_job`` runs, in this order, its ``preflight``, the job role's ``checks``, ``begin``, ``open``,
   the job role's ``work``, ``failed`` (the rescue), ``end`` (the always), the job role's ``report``,
   ``failed`` and ``finish`` (the always); no role includes a job role, nor a role named by a template.
+- Every operation has a root entry: each ``playbooks/<op>.yml`` is imported by ``<op>.yml`` at the
+  repository root, the way ops staff run them (``ansible-playbook profile.yml``).
 - A role's private names (``__<role>_*``, facts, registers and vars) appear only in that role's
   own files: no role, playbook or template reads another's.
 
@@ -66,6 +68,16 @@ def _includes(path: Path) -> Iterator[tuple[str, str | None]]:
             if isinstance(args, dict) and args.get("name"):
                 tasks_from = args.get("tasks_from")
                 yield str(args["name"]), (None if tasks_from is None else re.sub(r"\.ya?ml$", "", str(tasks_from)))
+
+
+def _imports(path: Path) -> list[str]:
+    """The playbooks a playbook file imports."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    except yaml.YAMLError:
+        return []
+    return [str(play.get(key)) for play in data if isinstance(play, dict)
+            for key in ("import_playbook", "ansible.builtin.import_playbook") if play.get(key)]
 
 
 def entry_points(role_dir: Path) -> set[str]:
@@ -130,6 +142,14 @@ def check(root: Path) -> list[str]:
             if caller is not None and role in jobs and role != caller:
                 problems.append(f"{where}: role {caller} includes job role {role}; a job is sequenced by its playbook, "
                                 f"and what jobs share belongs in {SKELETON} or in a piece role")
+
+    # Every operation, one way in from the root.
+    for path in sorted(root.glob("playbooks/*.yml")):
+        entry = root / path.name
+        imported = _imports(entry) if entry.is_file() else []
+        if f"playbooks/{path.name}" not in imported:
+            problems.append(f"playbooks/{path.name}: no root entry {path.name} imports it; every operation has one, "
+                            f"the way ops staff run them")
 
     # Templates name variables too: a role's own may use its private names, no other's.
     templates = sorted(roles_dir.glob("*/templates/**/*.j2")) if roles_dir.is_dir() else []

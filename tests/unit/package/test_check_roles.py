@@ -59,6 +59,8 @@ def house(tmp_path: Path) -> Path:
         role(tmp_path, job, ("main", "checks", "work", "report"),
              work=[{"name": "Block", "block": [include("piece", "checks"), include("piece")]}])
         (tmp_path / f"playbooks/{job}.yml").write_text(yaml.safe_dump(job_play(job)))
+        entry = [{"ansible.builtin.import_playbook": f"playbooks/{job}.yml"}]
+        (tmp_path / f"{job}.yml").write_text(yaml.safe_dump(entry))
     return tmp_path
 
 
@@ -104,6 +106,7 @@ def test_another_role_s_private_name_is_refused_in_roles_and_playbooks(tmp_path)
     root = house(tmp_path)
     (root / "roles/job_a/tasks/report.yml").write_text(
         yaml.safe_dump([{"name": "Say", "ansible.builtin.debug": {"msg": "{{ __vllm_job_x }} {{ __job_a_z }}"}}]))
+    (root / "print.yml").write_text(yaml.safe_dump([{"import_playbook": "playbooks/print.yml"}]))
     (root / "playbooks/print.yml").write_text("- hosts: all\n  tasks:\n    - ansible.builtin.debug:\n"
                                               "        msg: '{{ __piece_y }}'\n")
     assert check(root) == [
@@ -124,3 +127,9 @@ def test_a_template_may_use_its_own_roles_private_names_and_no_others(tmp_path):
     (root / "roles/piece/templates/unit.j2").write_text("{{ __piece_y }} {{ __job_b_w }}\n")
     assert check(root) == ["roles/piece/templates/unit.j2: uses __job_b_w, a private name of role job_b"]
 
+
+def test_an_operation_without_a_root_entry_is_refused(tmp_path):
+    root = house(tmp_path)
+    (root / "job_b.yml").unlink()
+    assert check(root) == ["playbooks/job_b.yml: no root entry job_b.yml imports it; every operation has one, "
+                           "the way ops staff run them"]
