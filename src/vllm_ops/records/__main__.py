@@ -4,10 +4,11 @@
 
 import sys
 
-from . import ExperimentRecord, JobRecord, RolloutHostRecord, TuneRecord
+from . import CaptureRecord, ExperimentRecord, JobRecord, RolloutHostRecord, TuneRecord
 from .base import write_main
 
-RECORDS = {"job": JobRecord, "experiment": ExperimentRecord, "tune": TuneRecord, "rollout-host": RolloutHostRecord}
+RECORDS = {"capture": CaptureRecord, "job": JobRecord, "experiment": ExperimentRecord, "tune": TuneRecord,
+           "rollout-host": RolloutHostRecord}
 
 if __name__ == "__main__":
     sys.exit(write_main(sys.argv[1:], RECORDS))
