@@ -29,13 +29,14 @@ from . import loads
 from .artifacts import write_text
 from .cliutil import read_json, run_command
 from .errors import VllmOpsError
+from .records import IncidentRecord, RecordError
+from .records.incident import INCIDENT_JSON
 from .render import render
 
 __all__ = ["REPORT", "IncidentInputError", "action_words", "headline", "pending", "summary"]
 
 PROG = "vllm-incidents-report"
 INCIDENTS = "incidents"  # a host's directory of them, under artifacts/<host>/
-INCIDENT_JSON = "incident.json"
 STATE_JSON = "watch-state.json"
 REPORT = "incidents.md"
 NAME = re.compile(r"^\d{8}T\d{6}Z$")  # the watch's directory names: the incident's UTC time
@@ -45,11 +46,6 @@ ROLE_ORDER = {"API server": 0, "engine": 1, "worker": 2}
 
 class IncidentInputError(VllmOpsError):
     """A fetched incident or the artifacts directory cannot be read."""
-
-
-def _finished(record: object) -> bool:
-    action = record.get("action") if isinstance(record, Mapping) else None
-    return isinstance(action, Mapping) and not (action.get("taken") == "restart" and action.get("ok") is None)
 
 
 def pending(host_dir: str | Path, names: list[str]) -> list[str]:
@@ -62,10 +58,10 @@ def pending(host_dir: str | Path, names: list[str]) -> list[str]:
             continue
         path = Path(host_dir) / name / INCIDENT_JSON
         try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            record = None
-        if not _finished(record):
+            finished = IncidentRecord.load(path).finished()
+        except RecordError:  # not fetched, or fetched damaged: fetch it (again)
+            finished = False
+        if not finished:
             out.append(name)
     return out
 
@@ -124,20 +120,18 @@ def _stall_words(stall: object) -> str:
 
 
 def _incident(host: str, path: Path) -> dict:
-    record = read_json(path / INCIDENT_JSON, "incident", IncidentInputError)
-    if not isinstance(record, Mapping):
-        raise IncidentInputError(f"incident {path / INCIDENT_JSON}: not a JSON object")
-    processes = [p for p in record.get("processes") or [] if isinstance(p, Mapping)]
-    processes.sort(key=lambda p: (ROLE_ORDER.get(p.get("role"), 3), p.get("rank") or 0, p.get("pid") or 0))
-    action = record.get("action")
-    return {"host": host, "time": record.get("time") or path.name, "dir": str(path),
-            "verdict": record.get("verdict") or "?", "stall": _stall_words(record.get("stall")),
-            "taken": action.get("taken") if isinstance(action, Mapping) else None,
-            "ok": action.get("ok") if isinstance(action, Mapping) else None,
-            "action": action_words(action), "load": _load_words(action),
+    try:
+        record = IncidentRecord.load(path / INCIDENT_JSON)
+    except RecordError as exc:
+        raise IncidentInputError(str(exc)) from None
+    processes = sorted(record.processes, key=lambda p: (ROLE_ORDER.get(p.get("role"), 3), p.get("rank") or 0,
+                                                        p.get("pid") or 0))
+    action = record.action
+    return {"host": host, "time": record.time, "dir": str(path), "verdict": record.verdict,
+            "stall": _stall_words(record.stall), "taken": action.get("taken") if action else None,
+            "ok": action.get("ok") if action else None, "action": action_words(action), "load": _load_words(action),
             "processes": [_process_row(p) for p in processes],
-            "nccl": ", ".join(f"{k}={v}" for k, v in sorted((record.get("nccl_environment") or {}).items()))
-                    or "none set",
+            "nccl": ", ".join(f"{k}={v}" for k, v in sorted(record.nccl_environment.items())) or "none set",
             "files": sorted(p.name for p in path.iterdir() if p.name != INCIDENT_JSON)}
 
 

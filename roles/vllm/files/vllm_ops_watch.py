@@ -65,6 +65,8 @@ STALL_FACTOR = 10
 EXIT_GAVE_UP = 3
 LOAD_JOURNAL_LINES = 20000  # one start's journal, read whole for its load record (a few hundred lines)
 PY_SPY_ATTEMPTS = 2  # py-spy sometimes misses the interpreter's version on a busy host; a second read finds it
+# incident.json's schema: the controller reads it through vllm_ops.records.incident, which defines the fields.
+INCIDENT_SCHEMA = "vllm-ops/incident/1"
 # A frame that names a collective or the wait for one (vLLM's shared-memory broadcast, NCCL, custom
 # all-reduce, torch.distributed).
 COLLECTIVE = re.compile(r"all_reduce|allreduce|all_gather|reduce_scatter|broadcast|barrier|nccl|"
@@ -399,7 +401,8 @@ def collect(cfg, props, metrics_text, stall, now=None):
     if shutil.which("nvidia-smi"):
         _write(os.path.join(path, "nvidia-smi.txt"), _command(["nvidia-smi", "-q"], timeout_s=60))
     incident = {
-        "time": stamp, "unit": cfg["unit"], "invocation_id": props.get("InvocationID"), "main_pid": main_pid,
+        "schema": INCIDENT_SCHEMA, "time": stamp, "unit": cfg["unit"], "invocation_id": props.get("InvocationID"),
+        "main_pid": main_pid,
         "verdict": verdict(processes), "stall": stall, "nccl_environment": nccl,
         "nvidia_smi": bool(shutil.which("nvidia-smi")), "processes": processes, "action": None,
     }

@@ -104,8 +104,8 @@ def test_bad_input_is_one_line_and_an_unfinished_restart_says_so(tmp_path, capsy
     write(tmp_path / "h1" / "incidents" / "20261204T100000Z", "incident.json", "[]")
     assert incidents.main(["report", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"vllm-incidents-report: error: incident {tmp_path}/h1/incidents/20261204T100000Z/incident.json: "
-        "not a JSON object")
+        f"vllm-incidents-report: error: {tmp_path}/h1/incidents/20261204T100000Z/incident.json: "
+        "an incident record must be a JSON object, not list")
     assert not (tmp_path / "incidents.md").exists()
     assert incidents.main(["report", str(tmp_path / "none")]) == 2
     assert "no such directory (run playbooks/incidents.yml first)" in capsys.readouterr().err

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from vllm_ops.records import IncidentRecord
+
 # as the role installs them: the watch, and beside it the load's reader (module_utils' vllm_ops_loads.py)
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "roles" / "vllm" / "module_utils"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "roles" / "vllm" / "files"))
@@ -277,6 +279,9 @@ def test_a_stall_is_recorded_then_restarted_and_a_second_one_past_the_budget_giv
     assert second["action"]["taken"] == "none" and "the watch gives up" in second["action"]["why"]
     state = json.loads((host.dir / "watch-state.json").read_text())
     assert state["said"].startswith("gave up: stalled again after 1 restart(s) in 3600 s")
+    # What the watch wrote on the host is what the controller reads, through the record's module.
+    records = [IncidentRecord.load(p) for p in sorted(host.dir.glob("*/incident.json"))]
+    assert [r.finished() for r in records] == [True, True] and records[0].to_dict()["schema"] == "vllm-ops/incident/1"
 
 
 def test_a_restart_kills_every_process_of_the_server_main_last_and_never_pid_0(monkeypatch, tmp_path):
