@@ -16,7 +16,8 @@ Layout (``vllm_campaign_artifacts_dir``, ``<repo>/artifacts`` by default)::
 
 Every file a report writes is written atomically (:func:`atomic_path`: a temporary file beside
 the target, then a rename), so a reader never sees half a file and an interrupted report leaves
-the previous version whole.
+the previous version whole; the file gets the mode a plain write would give it (0666 less the
+umask), not the temporary file's 0600, so that whoever reads the artifacts can read it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the artifact from its readers
     try:
         yield tmp
         os.replace(tmp, path)
@@ -59,6 +61,13 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, then putting it back: the commands are single-threaded)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

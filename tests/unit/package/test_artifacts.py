@@ -27,6 +27,19 @@ def test_writes_are_atomic_and_leave_nothing_behind(tmp_path):
     assert os.listdir(target.parent) == ["report.md"]
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_a_written_file_has_the_mode_a_plain_write_gives_it_not_0600(tmp_path, umask):
+    """Reports and records are read by whoever reads the artifacts, as files Ansible wrote were."""
+    old = os.umask(umask)
+    try:
+        write_json(tmp_path / "job.json", {})
+        (tmp_path / "plain.txt").write_text("")  # what a plain open gives, for the same umask
+    finally:
+        os.umask(old)
+    assert (tmp_path / "job.json").stat().st_mode & 0o777 == (tmp_path / "plain.txt").stat().st_mode & 0o777
+    assert os.umask(old) == old  # the umask is left as it was
+
+
 def test_json_as_ansibles_to_nice_json(tmp_path):
     data = {"b": [1, 2.5, None, True], "a": {"z": "µs", "y": {}}, "c": "x\ny"}
     assert nice_json(data) == to_nice_json(data) + "\n"
