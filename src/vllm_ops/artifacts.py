@@ -1,6 +1,6 @@
 """The controller's artifacts: where a job's files lie, their names, and how they are written.
 
-Layout (``vllm_campaign_artifacts_dir``, ``<repo>/artifacts`` by default)::
+Layout (``vllm_job_artifacts_dir``, every job's, ``<repo>/artifacts`` by default)::
 
     artifacts/<host>/history.csv                 one row per campaign (vllm_ops.campaign.history)
     artifacts/<host>/experiments.csv             one row per experiment variant and concurrency

@@ -21,7 +21,7 @@ def campaign(tmp_path):
 
     def run(*args: str):
         artifacts = tmp_path / "artifacts"
-        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}), *args)
+        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(artifacts)}), *args)
         return play, artifacts
 
     return run

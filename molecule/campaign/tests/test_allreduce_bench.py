@@ -21,7 +21,7 @@ def refused(host, tmp_path, extra: dict) -> str:
     the service kept running (same main PID), no lock is left and nothing was written."""
     before = main_pid(host)
     artifacts = tmp_path / "artifacts"
-    play = run_playbook(PLAYBOOK, "-e", json.dumps({"allreduce_floor_artifacts_dir": str(artifacts), **extra}))
+    play = run_playbook(PLAYBOOK, "-e", json.dumps({"vllm_job_artifacts_dir": str(artifacts), **extra}))
     assert play.rc != 0, play.output[-3000:]
     assert main_pid(host) == before
     assert not host.file(LOCK).exists
@@ -70,7 +70,7 @@ def test_a_failed_measurement_says_why_and_restores_the_service(host, tmp_path):
     host.check_output(f"printf '%s' {shlex.quote(FAKE_PYTHON)} > /tmp/fake-python && chmod 0755 /tmp/fake-python")
     before = main_pid(host)
     artifacts = tmp_path / "artifacts"
-    play = run_playbook(PLAYBOOK, "-e", json.dumps({"allreduce_floor_artifacts_dir": str(artifacts),
+    play = run_playbook(PLAYBOOK, "-e", json.dumps({"vllm_job_artifacts_dir": str(artifacts),
                                                     "allreduce_bench_python": "/tmp/fake-python"}))
     assert play.rc != 0
     msg = play.result("Fail with the job's original error, now that the host is restored")["msg"]
@@ -105,7 +105,7 @@ def test_a_measurement_records_the_downtime_it_cost(host, tmp_path):
     before = main_pid(host)
     artifacts = tmp_path / "artifacts"
     try:
-        extra = {"allreduce_floor_artifacts_dir": str(artifacts),
+        extra = {"vllm_job_artifacts_dir": str(artifacts),
                  "allreduce_bench_python": "/usr/local/lib/vllm-ops-test/python"}
         play = run_playbook(PLAYBOOK, "-e", json.dumps(extra))
     finally:

@@ -203,7 +203,7 @@ def test_an_artifacts_directory_on_a_full_volume_is_refused_before_anything_stop
     try:
         pid = host.check_output(f"systemctl show {UNIT} -p MainPID --value")
         artifacts = volume / "artifacts"
-        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}))
+        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(artifacts)}))
         stats = os.statvfs(volume)
         free = stats.f_bavail * stats.f_frsize // 2**20
     finally:
@@ -213,7 +213,7 @@ def test_an_artifacts_directory_on_a_full_volume_is_refused_before_anything_stop
     assert message.startswith("Not enough free space for the traces: the capture needs about ")
     assert "and at least vllm_campaign_min_free_mib 2048 MiB" in message
     assert (f"; {free} MiB are free under {volume} on the controller ({artifacts} does not exist yet: its nearest "
-            "existing parent was measured). Free room there, or set vllm_campaign_artifacts_dir to a larger volume.") \
+            "existing parent was measured). Free room there, or set vllm_job_artifacts_dir to a larger volume.") \
         in message
     assert host.check_output(f"systemctl show {UNIT} -p MainPID --value") == pid, "nothing may be stopped"
     assert not host.file(LOCK).exists
@@ -267,7 +267,7 @@ def test_a_stop_profile_timeout_fails_the_campaign_clearly(host, campaign):
 
 def test_a_campaign_killed_midway_is_rerun_to_completion(host, tmp_path):
     artifacts = tmp_path / "artifacts"
-    first = start_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}),
+    first = start_playbook("profile.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(artifacts)}),
                            log=tmp_path / "campaign.log")
     try:
         wait_for(lambda: host.file(f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf").exists,
@@ -275,7 +275,7 @@ def test_a_campaign_killed_midway_is_rerun_to_completion(host, tmp_path):
     finally:
         first.kill()
     assert host.file(LOCK).exists, "the killed run leaves its lock behind"
-    play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}))
+    play = run_playbook("profile.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(artifacts)}))
     assert play.rc == 0, play.output[-4000:]
     warnings = play.result("Take the host's job lock").get("warnings", [])
     assert any("is gone" in w for w in warnings)

@@ -11,7 +11,8 @@ from testlib import LOCK, UNIT, run_playbook, wait_for
 
 @pytest.mark.parametrize(("playbook", "old", "new"), [
     ("profile.yml", "vllm_campaign_lock_path", "vllm_job_lock_path"),
-    ("playbooks/allreduce_bench.yml", "allreduce_bench_artifacts_dir", "allreduce_floor_artifacts_dir"),
+    ("playbooks/allreduce_bench.yml", "allreduce_floor_artifacts_dir",
+     "vllm_job_artifacts_dir (one artifacts directory for every job)"),
     ("experiment.yml", "vllm_experiment_concurrencies",
      "vllm_experiment_bench_load.concurrencies (or vllm_bench_load.concurrencies, for the whole fleet)"),
 ])
@@ -41,7 +42,7 @@ def test_a_rollout_of_a_version_the_host_cannot_run_is_refused_before_anything_s
 def rollout_report(tmp_path, change: dict):
     """rollout.yml on this host with ``change``, its canary's baseline one run (no figure is asserted)."""
     play = run_playbook("rollout.yml", "-e", json.dumps({
-        "vllm_rollout_artifacts_dir": str(tmp_path), "vllm_rollout_change": change,
+        "vllm_job_artifacts_dir": str(tmp_path), "vllm_rollout_change": change,
         "vllm_rollout_bench_load": {"concurrencies": [1], "repeats": 1}}))
     (report,) = (json.loads(p.read_text()) for p in (tmp_path / "rollout").glob("*/report.json"))
     return play, report, report["entries"][0]
@@ -72,7 +73,7 @@ def test_a_rollout_beside_someone_else_s_drop_in_is_refused_before_anything_stop
                       f"printf '[Service]\\nEnvironmentFile={site_env}\\n' > {dropin}")
     try:
         change = {"environment": {"NCCL_PROTO": "LL128"}}
-        play = run_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path),
+        play = run_playbook("rollout.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(tmp_path),
                                                              "vllm_rollout_change": change}))
     finally:
         host.run(f"rm -f {dropin} {site_env} && systemctl daemon-reload")

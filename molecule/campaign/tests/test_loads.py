@@ -41,7 +41,7 @@ def test_an_experiment_of_two_load_formats_reports_each_ones_time_to_ready(host,
     formats = {"safetensors": 1.0, "fastsafetensors": 0.5}
     variants = [{"name": f"format={fmt}", "extra_args": ["--load-format", fmt],
                  "environment": {"VLLM_STANDIN_LOAD_FORMAT_FACTORS": "fastsafetensors:0.5"}} for fmt in formats]
-    settings = {"vllm_experiment_artifacts_dir": str(artifacts), "vllm_experiment_variants": variants,
+    settings = {"vllm_job_artifacts_dir": str(artifacts), "vllm_experiment_variants": variants,
                 "vllm_experiment_bench_load": {"concurrencies": [1], "repeats": 1, "warmups": 1, "num_prompts": 4,
                                                "input_len": 32, "output_len": 8}}
     play = run_playbook("experiment.yml", "-e", json.dumps(settings))

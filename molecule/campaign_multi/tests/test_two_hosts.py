@@ -20,7 +20,7 @@ def test_one_failing_host_leaves_the_other_to_finish_and_both_restored(tmp_path)
     hosts = {name: testinfra.get_host(f"podman://{name}") for name in (GOOD, BAD)}
     hosts[BAD].check_output("touch /run/vllm-standin/truncate-trace-rank-0")
     try:
-        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(tmp_path)}))
+        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(tmp_path)}))
     finally:
         hosts[BAD].run("rm -f /run/vllm-standin/* /var/lib/vllm/traces/vllm-ops-*")
     assert play.rc != 0
@@ -43,7 +43,7 @@ def test_a_spread_experiment_deals_the_variants_and_compares_each_with_its_own_b
                                                  '{"method": "ngram", "num_speculative_tokens": 3}']},
                 {"name": "NCCL_PROTO=LL128", "environment": {"NCCL_PROTO": "LL128"}}]
     play = run_playbook("experiment.yml", "-e", json.dumps({
-        "vllm_experiment_artifacts_dir": str(tmp_path), "vllm_experiment_variants": variants,
+        "vllm_job_artifacts_dir": str(tmp_path), "vllm_experiment_variants": variants,
         "vllm_experiment_spread": True, "vllm_experiment_bench_load": {"concurrencies": [1], "repeats": 1}}))
     assert play.rc == 0, play.output[-4000:]
     records = {}

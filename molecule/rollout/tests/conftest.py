@@ -57,7 +57,7 @@ def healthy_after(hosts):
 
 def rollout(tmp_path, change=None, *args: str):
     """rollout.yml with its artifacts under tmp_path; returns (play, the rollout's report.json or None)."""
-    extra = {"vllm_rollout_artifacts_dir": str(tmp_path)}
+    extra = {"vllm_job_artifacts_dir": str(tmp_path)}
     if change is not None:
         extra["vllm_rollout_change"] = change
     play = run_playbook("rollout.yml", "-e", json.dumps(extra), *args)

@@ -127,7 +127,7 @@ def test_restore_after_a_rollout_killed_mid_way_brings_each_host_to_its_own_last
     invocation, third_pid = second.prop("InvocationID"), third.main_pid()
     # A harmless change with a longer load, so that the second host can be caught loading it.
     change = {"environment": {"NCCL_PROTO": "LL128", "VLLM_STANDIN_LOAD_S": 20}}
-    run = start_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path),
+    run = start_playbook("rollout.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(tmp_path),
                                                           "vllm_rollout_change": change}), log=tmp_path / "rollout.log")
 
     def loading():
@@ -167,7 +167,7 @@ def test_a_good_change_reaches_every_host_with_each_canarys_figures_and_downtime
     pids = {name: box.main_pid() for name, box in hosts.items()}
     check_dir = tmp_path / "check"
     check = run_playbook("rollout.yml", "--check", "-e",
-                         json.dumps({"vllm_rollout_artifacts_dir": str(check_dir), **edited}))
+                         json.dumps({"vllm_job_artifacts_dir": str(check_dir), **edited}))
     assert check.rc == 0, check.output[-4000:]
     plans = [r["msg"] for one in check.data["plays"] for t in one["tasks"] if t["task"]["name"].endswith(
         "Say what a real run would do") for r in t["hosts"].values()]
@@ -177,7 +177,7 @@ def test_a_good_change_reaches_every_host_with_each_canarys_figures_and_downtime
                                f"{name} as it runs, apply the change ("), plan
     assert plans[2].startswith("Check mode: the preflight passed; a real run would apply the change (")
     assert {name: box.main_pid() for name, box in hosts.items()} == pids and not check_dir.exists()
-    play = run_playbook("rollout.yml", "-e", json.dumps({"vllm_rollout_artifacts_dir": str(tmp_path), **edited}))
+    play = run_playbook("rollout.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(tmp_path), **edited}))
     assert play.rc == 0, play.output[-4000:]
     (directory,) = (tmp_path / "rollout").iterdir()
     report = json.loads((directory / "report.json").read_text())
@@ -220,7 +220,7 @@ def test_in_a_batch_of_two_only_the_host_whose_change_does_not_load_is_rolled_ba
     switch = f"{FAULT_DIR}/engine-dies-during-load"
     second.host.check_output(f"echo once > {switch} && chown vllm {switch}")
     invocation = third.prop("InvocationID")
-    extra = {"vllm_rollout_artifacts_dir": str(tmp_path), "vllm_ops_rollout_batch": 2,
+    extra = {"vllm_job_artifacts_dir": str(tmp_path), "vllm_ops_rollout_batch": 2,
              "vllm_rollout_change": {"environment": {"NCCL_PROTO": "LL128"}}, **edited}
     run = start_playbook("rollout.yml", "-e", json.dumps(extra), log=tmp_path / "rollout.log")
 

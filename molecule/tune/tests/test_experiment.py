@@ -26,7 +26,7 @@ SANDBOX_EXAMPLE = "@" + str(ROOT / "examples/experiments/sandbox.yml")
 def experiment(tmp_path, *args):
     artifacts = tmp_path / "artifacts"
     play = run_playbook("experiment.yml", "-e", SANDBOX_EXAMPLE,
-                        "-e", json.dumps({"vllm_experiment_artifacts_dir": str(artifacts)}), *args)
+                        "-e", json.dumps({"vllm_job_artifacts_dir": str(artifacts)}), *args)
     return play, artifacts
 
 
@@ -166,7 +166,7 @@ def test_a_vllm_without_its_benchmark_is_refused_in_the_preflight(host, tmp_path
 def start_experiment(tmp_path, variants):
     """experiment.yml in the background, its output in tmp_path. Its tests need a job that holds the
     lock with a variant applied, not figures: one run per server instead of the inventory's four."""
-    extra = {"vllm_experiment_artifacts_dir": str(tmp_path / "artifacts"), "vllm_experiment_variants": variants,
+    extra = {"vllm_job_artifacts_dir": str(tmp_path / "artifacts"), "vllm_experiment_variants": variants,
              "vllm_experiment_bench_load": {"concurrencies": [4], "repeats": 1}}
     return start_playbook("experiment.yml", "-e", json.dumps(extra), log=tmp_path / "experiment.log")
 
@@ -176,12 +176,12 @@ def test_a_campaign_during_an_experiment_fails_at_once(host, tmp_path):
     try:
         wait_for(lambda: host.file(DROPIN).exists, "the variant to be applied", timeout_s=180)
         lock = json.loads(host.file(LOCK).content_string)
-        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(tmp_path / "c")}))
+        play = run_playbook("profile.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(tmp_path / "c")}))
         assert play.rc != 0
         message = play.result("Take the host's job lock")["msg"]
         assert f"Another job holds {LOCK}: experiment {lock['job_id']}, started {lock['started_at']}" in message
         second = run_playbook("experiment.yml", "-e", json.dumps({
-            "vllm_experiment_artifacts_dir": str(tmp_path / "e"),
+            "vllm_job_artifacts_dir": str(tmp_path / "e"),
             "vllm_experiment_variants": [{"name": "x", "environment": {"NCCL_PROTO": "LL128"}}]}))
         assert second.rc != 0 and "Take the host's job lock" in second.output
     finally:

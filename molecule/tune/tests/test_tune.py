@@ -45,7 +45,7 @@ def restart_service(host):
 
 
 def tune(artifacts, *args, env=None):
-    return run_playbook("tune.yml", "-e", json.dumps({"vllm_tune_artifacts_dir": str(artifacts)}), *args, env=env)
+    return run_playbook("tune.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(artifacts)}), *args, env=env)
 
 
 def only_dir(artifacts, host):
@@ -152,7 +152,7 @@ def test_a_winner_that_does_not_load_when_applied_leaves_the_host_on_its_old_ser
 def start_tune(artifacts):
     """tune.yml in the background, its output beside its artifacts."""
     artifacts.mkdir(parents=True, exist_ok=True)
-    return start_playbook("tune.yml", "-e", json.dumps({"vllm_tune_artifacts_dir": str(artifacts)}),
+    return start_playbook("tune.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(artifacts)}),
                           log=artifacts.parent / "tune.log")
 
 

@@ -23,7 +23,7 @@ def test_a_tune_of_one_argument_variant_runs_end_to_end_with_vllms_own_bench(hos
     artifacts = tmp_path / "artifacts"
     before = main_pid(host)
     run = play("tune.yml", "-e", json.dumps({
-        "vllm_tune_artifacts_dir": str(artifacts), "vllm_tune_plan_file": str(plan),
+        "vllm_job_artifacts_dir": str(artifacts), "vllm_tune_plan_file": str(plan),
         "vllm_tune_bench_load": {"environment": {"VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"},
                                  "input_len": 16, "output_len": 16, "concurrencies": [4], "num_prompts": 8,
                                  "repeats": 1, "warmups": 1},

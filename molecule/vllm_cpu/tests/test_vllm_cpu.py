@@ -131,7 +131,7 @@ def test_the_watch_restarts_the_real_server_whose_engine_stopped_under_load(host
 
 def test_a_campaign_profiles_the_real_server_and_restores_it(host, play, tmp_path, healthy_after):
     artifacts = tmp_path / "artifacts"
-    run = play("profile.yml", "-e", json.dumps({"vllm_campaign_artifacts_dir": str(artifacts)}))
+    run = play("profile.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(artifacts)}))
     assert run.rc == 0, run.output[-4000:]
     # The health waits printed the real server's progress from the journal.
     assert re.search(r"4/4 shards loaded", run.output), run.output[-4000:]
@@ -210,7 +210,7 @@ def test_the_allreduce_bench_measures_as_the_service_and_restores_it(host, play,
     before = main_pid(host)
     artifacts = tmp_path / "artifacts"
     run = play("playbooks/allreduce_bench.yml", "-e", json.dumps({
-        "allreduce_floor_artifacts_dir": str(artifacts), "allreduce_bench_world_size": 2,
+        "vllm_job_artifacts_dir": str(artifacts), "allreduce_bench_world_size": 2,
         "allreduce_bench_variants": [{"name": "LL128", "environment": {"NCCL_PROTO": "LL128"}}]}))
     assert run.rc == 0, run.output[-4000:]
     (job,) = (artifacts / host.backend.hostname).iterdir()
@@ -281,7 +281,7 @@ def test_an_armed_server_fences_its_profiler_from_other_clients(host, play, tmp_
         # A campaign on the armed host profiles the real server as it runs: /health 200 throughout.
         artifacts = tmp_path / "artifacts"
         live = play("profile.yml", "-e", json.dumps({"vllm_profiler_armed": True,
-                                                     "vllm_campaign_artifacts_dir": str(artifacts)}))
+                                                     "vllm_job_artifacts_dir": str(artifacts)}))
         assert live.rc == 0, live.output[-4000:]
         (campaign_dir,) = [d for d in (artifacts / host.backend.hostname).iterdir() if d.is_dir()]
         record = json.loads((campaign_dir / "campaign.json").read_text())

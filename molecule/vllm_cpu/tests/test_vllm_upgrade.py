@@ -40,7 +40,7 @@ def served(host) -> tuple[str, str]:
 
 
 def rollout(play, tmp_path, change: dict):
-    run = play("rollout.yml", "-e", json.dumps({**ROLLOUT, "vllm_rollout_artifacts_dir": str(tmp_path),
+    run = play("rollout.yml", "-e", json.dumps({**ROLLOUT, "vllm_job_artifacts_dir": str(tmp_path),
                                                 "vllm_rollout_change": change}))
     (report,) = (json.loads(p.read_text()) for p in (tmp_path / "rollout").glob("*/report.json"))
     return run, report, report["entries"][0]
