@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import Record, object_or_null, text
+from .base import Record, flag, object_or_null, text
 from .errors import RecordError
 
 __all__ = ["INCIDENT_JSON", "SCHEMA", "IncidentRecord"]
@@ -64,13 +64,11 @@ class IncidentRecord(Record):
         if not isinstance(processes, list) or not all(isinstance(p, Mapping) for p in processes):
             raise RecordError(f"{where}: 'processes' must be a list of objects, one per process of the service")
         nccl = object_or_null(data, "nccl_environment", where) or {}
-        nvidia_smi = data.get("nvidia_smi", False)
-        if not isinstance(nvidia_smi, bool):
-            raise RecordError(f"{where}: 'nvidia_smi' must be true or false, got {nvidia_smi!r}")
         return cls(time=text(data, "time", where), verdict=text(data, "verdict", where),
                    unit=text(data, "unit", where, required=False),
                    invocation_id=text(data, "invocation_id", where, required=False), main_pid=main_pid,
-                   stall=object_or_null(data, "stall", where), nccl_environment=nccl, nvidia_smi=nvidia_smi,
+                   stall=object_or_null(data, "stall", where), nccl_environment=nccl,
+                   nvidia_smi=flag(data, "nvidia_smi", where),
                    processes=[dict(p) for p in processes], action=object_or_null(data, "action", where))
 
     def finished(self) -> bool:
