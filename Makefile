@@ -80,7 +80,7 @@ CI_BUDGET_S ?= 3000
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup apt venv collections podman-conf image sandbox sandbox-destroy \
+.PHONY: help setup apt venv collections collection sanity podman-conf image sandbox sandbox-destroy \
         demo experiment allreduce-bench test lint docs unit integration molecule suites vllm-cpu vllm-cpu-old \
         test-real ci ci-suites lock clean
 
@@ -105,7 +105,7 @@ $(VENV)/.stamp: requirements.lock pyproject.toml
 	@$(PY) -m pip check >/dev/null
 	@touch $@
 
-collections: $(COLLECTIONS)/.stamp  ## Ansible collections, from the ansible wheel
+collections: $(COLLECTIONS)/.stamp  ## Ansible collections, from the ansible wheel, and this checkout as vllm_ops.serving (a link)
 $(COLLECTIONS)/.stamp: Makefile
 	@mkdir -p .cache/wheels $(COLLECTIONS)
 	@ls .cache/wheels/ansible-*.whl >/dev/null 2>&1 || \
@@ -115,7 +115,47 @@ $(COLLECTIONS)/.stamp: Makefile
 	    $(PY) -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); p = "ansible_collections/" + sys.argv[2] + "/"; z.extractall(sys.argv[3], [n for n in z.namelist() if n.startswith(p)])' \
 	        .cache/wheels/ansible-*.whl $$c .collections; \
 	done
+	@mkdir -p $(COLLECTIONS)/vllm_ops
+	@ln -sfn ../../.. $(COLLECTIONS)/vllm_ops/serving
 	@touch $@
+
+# The collection as ops staff install it: its tarball, and the controller package's wheel that its filters
+# and roles call (both in dist/; ansible-galaxy collection install, pip install).
+collection: venv  ## Build the collection's tarball and the vllm_ops wheel into dist/
+	@rm -rf dist && mkdir -p dist
+	@$(BIN)/ansible-galaxy collection build --force --output-path dist . >/dev/null
+	@$(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w dist . 2>&1 | grep -v '^WARNING: Location' || true
+	@rm -rf build
+	@ls dist/vllm_ops-serving-*.tar.gz dist/vllm_ops-*.whl
+
+# The built collection installed into an empty directory (beside ansible.posix, its one dependency), outside
+# this work tree (ansible-test finds a collection's files with git, and would see none that git ignores
+# here): every operation's playbook by its fully qualified name, then ansible-test sanity on it.
+# ansible-test makes a virtual environment per test and bootstraps pip into each with a script it
+# downloads, which these machines do not reach: tests/sanity/get_pip.py stands in for it, with this
+# environment's pip settings (ansible-test clears the environment). Its home, venvs included, is kept in
+# .cache. pslint and shellcheck are skipped: the collection has no PowerShell and no shell script.
+SANITY_HOME := $(CURDIR)/.cache/ansible-test-home
+sanity: collection collections  ## The built collection installed: each playbook by its FQCN, ansible-test sanity
+	@dir=$$(mktemp -d); trap 'rm -rf "$$dir"' EXIT; \
+	ANSIBLE_COLLECTIONS_PATH=$$dir $(BIN)/ansible-galaxy collection install --offline --no-deps \
+	    -p $$dir dist/vllm_ops-serving-*.tar.gz >/dev/null; \
+	cp -r $(COLLECTIONS)/ansible $$dir/ansible_collections/; \
+	for playbook in playbooks/*.yml; do \
+	    name=vllm_ops.serving.$$(basename $$playbook .yml); \
+	    if ! out=$$(ANSIBLE_COLLECTIONS_PATH=$$dir $(BIN)/ansible-playbook --syntax-check -i localhost, $$name 2>&1); then \
+	        echo "$$out" >&2; echo "sanity: $$name does not load from the installed collection" >&2; exit 1; \
+	    fi; \
+	done; \
+	echo "every playbook loads by its name from the installed collection"; \
+	mkdir -p $(SANITY_HOME)/.ansible/test/cache; \
+	cp tests/sanity/get_pip.py $(SANITY_HOME)/.ansible/test/cache/get_pip_24_2.py; \
+	$(BIN)/pip config list | $(PY) -c 'import json, sys; print(json.dumps({k.split(".", 1)[1]: v.strip().strip("\x27") for k, _, v in (l.partition("=") for l in sys.stdin if "=" in l)}))' \
+	    > $(SANITY_HOME)/.ansible/test/cache/pip_settings.json; \
+	cd $$dir/ansible_collections/vllm_ops/serving; \
+	HOME=$(SANITY_HOME) $(CURDIR)/$(BIN)/ansible-test sanity --python 3.11 --skip-test pslint --skip-test shellcheck 2>&1 \
+	    | grep -E '^(Running|ERROR|FATAL)|targets skipped'; \
+	exit $${PIPESTATUS[0]}
 
 podman-conf: $(PODMAN_CONF)  ## Podman settings for systemd containers on this machine
 $(PODMAN_CONF): molecule/resources/containers.conf
@@ -156,7 +196,7 @@ experiment: sandbox  ## An experiment on the sandbox: the baseline and three var
 	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
 	$(BIN)/ansible-playbook -i inventory/sandbox experiment.yml -e @examples/experiments/sandbox.yml
 
-lint: venv collections  ## yamllint, ansible-lint, ruff, the Python layers (lint-imports), argument specs vs defaults, roles' entry points, the manual
+lint: venv collections  ## yamllint, ansible-lint, ruff, the Python layers (lint-imports), argument specs vs defaults, roles' entry points, the manual, the built collection (sanity)
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 	$(BIN)/ruff check .
@@ -164,6 +204,7 @@ lint: venv collections  ## yamllint, ansible-lint, ruff, the Python layers (lint
 	$(PY) tests/check_argument_specs.py
 	$(PY) tests/check_roles.py
 	$(PY) tests/check_docs.py
+	@$(MAKE) --no-print-directory sanity
 
 docs: venv  ## Rewrite the variable tables in README.md, docs/ and roles/*/README.md from the argument specs
 	$(PY) tests/check_docs.py --write
@@ -229,4 +270,4 @@ lock:  ## Re-resolve requirements.in into requirements.lock
 	.cache/lock-venv/bin/pip freeze --exclude-editable > requirements.lock
 
 clean: sandbox-destroy  ## Remove set-up outputs (keeps the image)
-	rm -rf $(VENV) .collections .cache
+	rm -rf $(VENV) .collections .cache dist

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fail when the roles cross the lines the house style draws between them (STYLE.md, section 16).
 
-- A role is entered only through a declared entry point: every ``include_role``/``import_role``
+- A role is called by its fully qualified name (``vllm_ops.serving.<role>``, the collection of
+  ``galaxy.yml``) and entered only through a declared entry point: every ``include_role``/``import_role``
   with ``tasks_from`` names an entry point of the target's ``meta/argument_specs.yml``.
 - A job is sequenced by its playbook, never by a role: a play that enters the internal skeleton
   ``vllm_job`` runs, in this order, its ``preflight``, the job role's ``checks``, ``begin``, ``open``,
@@ -26,6 +27,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SKELETON = "vllm_job"
+# The collection this checkout is (galaxy.yml): its roles are called by their fully qualified names.
+COLLECTION = "vllm_ops.serving"
 # A job's playbook, in order: (role, entry point), JOB standing for the job role.
 JOB = "<job>"
 SEQUENCE = ((SKELETON, "preflight"), (JOB, "checks"), (SKELETON, "begin"), (SKELETON, "open"), (JOB, "work"),
@@ -105,9 +108,16 @@ def check(root: Path) -> list[str]:
     playbooks = sorted([*root.glob("*.yml"), *root.glob("playbooks/*.yml")])
     problems = []
 
-    includes = {}  # file -> [(role, tasks_from)]
+    includes = {}  # file -> [(role without the collection's prefix, tasks_from)]
     for path in files + playbooks:
-        includes[path] = list(_includes(path))
+        includes[path] = []
+        for role, tasks_from in _includes(path):
+            if role.startswith(f"{COLLECTION}."):
+                role = role[len(COLLECTION) + 1:]
+            elif "{{" not in role:
+                problems.append(f"{path.relative_to(root)}: includes role {role} by a short name; call it "
+                                f"{COLLECTION}.{role}, as from an installed collection")
+            includes[path].append((role, tasks_from))
     # A job role: one whose checks a playbook runs beside the skeleton.
     jobs = {}  # job role -> its playbooks
     for path, found in includes.items():

@@ -4,10 +4,11 @@ On a PCIe host a GPU whose link trained narrower or slower than it can (x16 to x
 divides the all-reduce bandwidth of every rank, and nothing else says so. Two readings come here:
 
 - the capture's, ``capture.json``'s ``fabric`` record (:func:`assess`), read by the module that sends
-  the profiled requests (``roles/vllm_capture/module_utils/vllm_fabric_lib.py``) while they run, one
-  reading per GPU kept: the one with its link most up (highest generation, then width, then GPU
-  utilization), ``{read, reason, during, interval_s, samples, failed_samples, query, gpus,
-  compute_apps, p2p_read, errors}``;
+  the profiled requests (``plugins/module_utils/vllm_fabric_lib.py``, ``vllm_ops_host`` here, whose
+  table of nvidia-smi's fields this module parses with too) while they run, one reading per GPU
+  kept: the one with its link most up (highest generation, then width, then GPU utilization),
+  ``{read, reason, during, interval_s, samples, failed_samples, query, gpus, compute_apps, p2p_read,
+  errors}``;
 - the deploy preflight's, the text of ``nvidia-smi --query-gpu=index,pci.bus_id,
   pcie.link.width.current,pcie.link.width.max --format=csv,noheader,nounits`` as Ansible's
   ``command`` registers it (:func:`preflight`).
@@ -65,6 +66,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from vllm_ops_host.vllm_fabric_lib import FIELD_KEYS, field_value
+
 from .errors import VllmOpsError
 
 __all__ = ["BUSY_UTILIZATION_PCT", "FIELD_KEYS", "LANE_GBPS", "PREFLIGHT_FIELDS", "PREFLIGHT_MODES",
@@ -75,21 +78,6 @@ __all__ = ["BUSY_UTILIZATION_PCT", "FIELD_KEYS", "LANE_GBPS", "PREFLIGHT_FIELDS"
 BUSY_UTILIZATION_PCT = 1
 # GB/s per lane and direction after line encoding: Gen1/2 8b/10b, Gen3 on 128b/130b.
 LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938}
-# nvidia-smi --query-gpu field -> the reading's key (the host module's table is the same; a test says so).
-FIELD_KEYS = {
-    "index": "index",
-    "pci.bus_id": "bus_id",
-    "uuid": "uuid",
-    "utilization.gpu": "utilization_pct",
-    "pcie.link.gen.gpucurrent": "gen_current",
-    "pcie.link.gen.current": "gen_current",
-    "pcie.link.gen.max": "gen_max",
-    "pcie.link.gen.gpumax": "gen_gpu_max",
-    "pcie.link.gen.hostmax": "gen_host_max",
-    "pcie.link.width.current": "width_current",
-    "pcie.link.width.max": "width_max",
-}
-TEXT_KEYS = ("bus_id", "uuid")
 # What the deploy preflight asks: widths only (the GPUs idle then), fields every driver has.
 PREFLIGHT_FIELDS = ("index", "pci.bus_id", "pcie.link.width.current", "pcie.link.width.max")
 P2P_MEANING = {"OK": "status OK", "CNS": "chipset not supported", "GNS": "GPU not supported",
@@ -102,16 +90,6 @@ _WORKER = re.compile(r"Worker(?:_[A-Z]+\d+)*?(?:_TP(\d+))?$")
 
 class FabricInputError(VllmOpsError):
     """A fabric record or an nvidia-smi reading that cannot be read; the message names the field."""
-
-
-def _value(key: str, text: str) -> int | str | None:
-    text = text.strip()
-    if not text or text.startswith("[") or text == "N/A":
-        return None
-    if key in TEXT_KEYS:
-        return text.upper() if key == "bus_id" else text
-    match = re.fullmatch(r"(\d+)(?:\s*%)?", text)
-    return int(match.group(1)) if match else None
 
 
 def parse_link_csv(text: str | None, fields: Sequence[str]) -> list[dict]:
@@ -128,7 +106,7 @@ def parse_link_csv(text: str | None, fields: Sequence[str]) -> list[dict]:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(fields):
             raise FabricInputError(f"nvidia-smi line {line!r}: {len(cells)} values for {len(fields)} fields")
-        row = {FIELD_KEYS[f]: _value(FIELD_KEYS[f], c) for f, c in zip(fields, cells, strict=True)}
+        row = {FIELD_KEYS[f]: field_value(FIELD_KEYS[f], c) for f, c in zip(fields, cells, strict=True)}
         if row.get("index") is None:
             raise FabricInputError(f"nvidia-smi line {line!r}: no GPU index")
         rows.append(row)

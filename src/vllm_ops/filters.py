@@ -1,4 +1,4 @@
-"""The one wrapper every Ansible filter of the project goes through (``filter_plugins/*.py``).
+"""The one wrapper every Ansible filter of the collection goes through (``plugins/filter/*.py``).
 
 Each filter is a function of this package; :func:`filter_map` names them for a plugin's
 ``FilterModule.filters`` and turns what one raises on bad input (a :class:`VllmOpsError`, or the

@@ -13,7 +13,7 @@ while the watch was still writing them (no action yet, or a restart whose outcom
 so that a second run fetches nothing new and a restart's outcome is never left half-known.
 :func:`summary` reads every fetched incident into the figures the report template prints (its
 stuck processes, frame by frame; what the watch did; the restart's load, phase by phase, in the
-words of :mod:`vllm_ops.loads`); :func:`headline` is its one line.
+words of :mod:`vllm_ops_host.loads`); :func:`headline` is its one line.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import loads
+from vllm_ops_host import loads
+
 from .artifacts import write_text
 from .cliutil import read_json, run_command
 from .errors import VllmOpsError

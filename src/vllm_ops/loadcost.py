@@ -1,7 +1,7 @@
 """What a job's model loads cost, for the reports and the plans: read from one place, ``job.json``.
 
 The ``vllm`` role's health wait records every load it waits through after a start (its phases from
-vLLM's own lines: :mod:`vllm_ops.loads` defines every figure); the job skeleton keeps the loads a job
+vLLM's own lines: :mod:`vllm_ops_host.loads` defines every figure); the job skeleton keeps the loads a job
 caused in its ``job.json`` as ``loads`` (each with ``variant``: the server variant it loaded, null for
 the normal service) and the disk's floor measured by the job's checks as ``disk`` (the ``vllm_disk``
 role's record), read through :class:`vllm_ops.records.JobRecord`. The campaign's, the experiment's and the
@@ -18,7 +18,7 @@ Definitions:
   gap is a stop and a load); else ``seconds`` null and why.
 - **expected downtime** (:func:`expected`): loads x the host's last measured load.
 - **the summary** (:func:`summary`): each load with its phases in words and set against the disk's floor
-  (:func:`vllm_ops.loads.against_disk`), for the reports' tables; ``ready_s`` the loads' total times.
+  (:func:`vllm_ops_host.loads.against_disk`), for the reports' tables; ``ready_s`` the loads' total times.
   :func:`read_job` is the summary of a job's directory (its ``job.json``), null without one.
 - **the history's figures** (:func:`history_figures`): ``loads`` (how many the job caused), ``load_ready_s``
   (the median ``total_s`` of those that got ready), ``load_weights_gbps`` (the median weights rate of those),
@@ -41,7 +41,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import loads as L
+from vllm_ops_host import loads as L
+
 from .artifacts import JOB_JSON, find_newest
 from .cliutil import run_command
 from .errors import VllmOpsError

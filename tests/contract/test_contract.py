@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from vllm_ops import loads
+from vllm_ops_host import loads
 
 from contract_support import (
     FENCE_DIR,
@@ -37,7 +37,8 @@ from contract_support import (
 # The watch as the role installs it: its file, and beside it the load's reader (tests/unit/roles has its
 # rule's tests; here it reads the processes of a real server).
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "vllm"
-sys.path[:0] = [str(ROLE / "files"), str(ROLE / "module_utils")]
+sys.modules.setdefault("vllm_ops_loads", loads)  # plugins/module_utils/loads.py, installed by that name
+sys.path[:0] = [str(ROLE / "files")]
 import vllm_ops_watch  # noqa: E402
 
 PY_SPY = Path(sys.executable).with_name("py-spy")  # the pinned one (requirements.lock), as the role's
@@ -297,7 +298,7 @@ def test_loads_serves_and_exits_0_when_its_engine_is_killed(server):
     assert re.search(r"^INFO:     Started server process \[\d+\]$", output, re.M)
     assert re.search(r'^INFO:     127\.0\.0\.1:\d+ - "GET /version HTTP/1\.1" 200 OK$',
                      output, re.M), "uvicorn's access log line, unprefixed"
-    # the load's milestones, as the health wait splits a load into phases (vllm_ops.loads): the real
+    # the load's milestones, as the health wait splits a load into phases (vllm_ops_host.loads): the real
     # CPU build logs these six (no "Model loading took", no CUDA graphs); the stand-in logs them too
     found = loads.parse_load(lines(output))["milestones_found"]
     assert {"load_start", "weights", "compile", "kv", "engine", "ready"} <= set(found), found

@@ -1,5 +1,5 @@
 """`vllm serve --help=all`, the stand-in's and vLLM 0.32's CPU build's, read by the vllm role's release
-check (roles/vllm/module_utils/vllm_serve_help_lib.py) before a switch.
+check (plugins/module_utils/vllm_serve_help_lib.py) before a switch.
 
 Both halves must list exactly the arguments of the stand-in's table (serve_options.py, taken from
 the CPU build): so the two lists are identical, and a unit the sandbox passes is checked as vLLM
@@ -12,7 +12,7 @@ import subprocess
 
 from contract_support import ROOT, WAIT_S
 
-LIB = ROOT / "roles/vllm/module_utils/vllm_serve_help_lib.py"
+LIB = ROOT / "plugins/module_utils/vllm_serve_help_lib.py"
 TABLE = ROOT / "molecule/resources/standin/lib/vllm_standin/serve_options.py"
 
 

@@ -143,8 +143,13 @@ def run_playbook(ansible, extra_vars, log_path=None):
            # Root signals any holder and a user its own, with no become; under Mitogen a local
            # become runs sudo even as root, and the device may have none.
            "-e", "ansible_become=false"]
-    # The wheels carried to the device are ansible-core's alone: run without Mitogen.
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=os.path.join(REPO, "roles"), ANSIBLE_NOCOLOR="1",
+    # The wheels carried to the device are ansible-core's alone: run without Mitogen. The checkout is
+    # the collection vllm_ops.serving through a link of its own (the tree copied here has no .collections).
+    collections = tempfile.mkdtemp(prefix="gpu-release-collections-")
+    os.makedirs(os.path.join(collections, "ansible_collections", "vllm_ops"))
+    os.symlink(REPO, os.path.join(collections, "ansible_collections", "vllm_ops", "serving"))
+    atexit.register(shutil.rmtree, collections, True)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections, ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0", ANSIBLE_STRATEGY="linear", **extra_env)
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,

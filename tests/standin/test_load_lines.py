@@ -1,11 +1,11 @@
-"""The stand-in's load, as vllm_ops.loads reads it: every phase a GPU host logs, the compile cache
+"""The stand-in's load, as vllm_ops_host.loads reads it: every phase a GPU host logs, the compile cache
 written on the first start and read back on the next, --enforce-eager without compile or CUDA graphs,
 and --load-format on the command line and in tqdm's bar. Durations are the stand-in's knobs: measured
 by the parser, never asserted here."""
 
 import re
 
-from vllm_ops import loads
+from vllm_ops_host import loads
 
 
 def stopped_load(server, *extra, env=None):

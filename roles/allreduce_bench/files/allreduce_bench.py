@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """All-reduce latency on this host's GPUs at the message sizes decode uses: the floor that a
 trace's all-reduce transfer time is read against.
 
@@ -367,7 +366,7 @@ def _ints(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--world-size", type=int, default=1, help="ranks, one per GPU (default 1)")
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
                    help="auto: nccl where GPUs are visible, else gloo (CPU)")

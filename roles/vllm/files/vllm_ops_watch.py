@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """vllm-ops-watch: find a vLLM engine that stopped making progress, keep the evidence, restart it.
 
 vLLM's ``/health`` answers 200 while its engine lives, whether or not it steps: a hung engine stays
@@ -488,7 +487,7 @@ def restart_load(cfg, props, healthy_at):
 
 def lock_holder(path, now=None):
     """The job holding the host's lock (``kind job_id``), or None: none, or a stale one by the rules
-    the lock itself keeps (roles/vllm_job/library/vllm_job_lock.py, ``stale_reason``) that the host
+    the lock itself keeps (plugins/modules/vllm_job_lock.py, ``stale_reason``) that the host
     can check, so that a job killed with its lock left behind does not keep the watch from acting:
     expired (``expires_epoch``), or taken before the host's last boot (``boot_id``). A lock it cannot
     read counts as held: the watch never acts when unsure."""

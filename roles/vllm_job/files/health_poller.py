@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Poll the service's /health until stopped (SIGTERM) and record when it did not answer 200.
 
 Every job (the vllm_job role) starts it before anything stops and stops it once the normal
@@ -113,7 +112,7 @@ def run(url: str, interval_s: float, timeout_s: float, out: str) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="health_poller", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="health_poller", description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--url", required=True, help="the URL to poll, e.g. http://127.0.0.1:8000/health")
     p.add_argument("--interval-s", type=float, default=1.0, help="seconds between polls (1)")
     p.add_argument("--timeout-s", type=float, default=2.0, help="seconds one poll may take (2)")

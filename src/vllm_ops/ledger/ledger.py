@@ -127,7 +127,7 @@ def decode_ledger(summary: Mapping, checkpoint: Mapping | None = None, *, allred
     """The ledger of the steady decode step, per rank, as data (see the module's docstring).
 
     ``summary``: a trace summary (read through :mod:`.inputs`). ``checkpoint``: the checkpoint's
-    record (:func:`vllm_ops.checkpoint.read_checkpoint`, ``capture.json``'s ``checkpoint``).
+    record (:func:`vllm_ops_host.checkpoint.read_checkpoint`, ``capture.json``'s ``checkpoint``).
     ``allreduce_floor``: the host's floor (a path to allreduce_bench's JSON, or the dict), which
     also carries the measured copy bandwidth. ``bandwidth``: :func:`.bandwidth.device_bandwidth`'s
     dict, to override it. ``tokens`` / ``key_tokens``: tokens per step and the context lengths'

@@ -1,5 +1,5 @@
 """What one decode step must read from HBM on one tensor-parallel rank, from a checkpoint's
-record (:func:`vllm_ops.checkpoint.read_checkpoint`, or ``capture.json``'s ``checkpoint``).
+record (:func:`vllm_ops_host.checkpoint.read_checkpoint`, or ``capture.json``'s ``checkpoint``).
 
 For a step of B tokens (:func:`step_reads`; bytes per rank):
 
@@ -19,7 +19,7 @@ For a step of B tokens (:func:`step_reads`; bytes per rank):
 Per rank is the checkpoint's bytes divided by the TP size, as vLLM shards them; tensors it
 replicates on every rank (norms, the router, MLA's low-rank projections) make the true per-rank
 figure a little larger, so the floor stays a floor. Unclassified tensors (no rule of
-:data:`vllm_ops.checkpoint.RULES`) and ``not_in_decode`` ones are not counted. A term that
+:data:`vllm_ops_host.checkpoint.RULES`) and ``not_in_decode`` ones are not counted. A term that
 cannot be computed is None, with the reason in ``missing``; a sum with a None term is None.
 """
 
@@ -29,7 +29,8 @@ import json
 import os
 from collections.abc import Mapping
 
-from .. import checkpoint as ckpt
+from vllm_ops_host import checkpoint as ckpt
+
 from .errors import LedgerInputError
 
 PER_RANK_TERMS = ("always", "shared_experts", "routed_experts", "embedding", "lm_head")

@@ -4,7 +4,7 @@
 
     {schema: "vllm-ops/job/1", id, kind, host, controller, started_at, finished_at,
      downtime (the health poller's record, vllm_ops.job, or null), loads (the vllm role's load
-     records, vllm_ops.loads, each with its variant), disk (the vllm_disk role's floor, or null),
+     records, vllm_ops_host.loads, each with its variant), disk (the vllm_disk role's floor, or null),
      page_cache_warmed (the warm-up's record, or null), error (the job's error, or null)}
 
 A file without ``schema`` is an earlier release's (schema 0): the same fields, any of ``kind``,
@@ -84,12 +84,12 @@ class JobRecord(Record):
 
 
 def _loads(value: object, where: str) -> list[dict]:
-    """``loads``: each the vllm role's load record with its phases (vllm_ops.loads.parse_load); [] when absent
+    """``loads``: each the vllm role's load record with its phases (vllm_ops_host.loads.parse_load); [] when absent
     (a record of an earlier release)."""
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(x, Mapping) and isinstance(x.get("phases"), list)
                                               for x in value):
         raise RecordError(f"{where}: 'loads' must be a list of load records, each with its phases "
-                          "(vllm_ops.loads.parse_load)")
+                          "(vllm_ops_host.loads.parse_load)")
     return [dict(x) for x in value]

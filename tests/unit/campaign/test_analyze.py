@@ -322,7 +322,7 @@ def test_the_checkpoint_and_the_pcie_links_of_the_capture(campaign_dir, tmp_path
     """capture.json's checkpoint record gives the summary its decode ledger, and its PCIe links (rank 1's
     GPU at x4 of x16) a warning, the verdict's evidence and first step, campaign.json's fabric and a table."""
     from vllm_ops import fabric
-    from vllm_ops.checkpoint import read_checkpoint
+    from vllm_ops_host.checkpoint import read_checkpoint
 
     model = tmp_path / "model"
     model.mkdir()
@@ -391,7 +391,7 @@ def test_the_checkpoint_and_the_pcie_links_of_the_capture(campaign_dir, tmp_path
 def test_the_reports_model_loads_come_from_job_json(campaign_dir, capsys):
     """Each load the job recorded (the profiling variant's, then the normal service's), in the report with its
     phases and set against the disk's floor; the load records are built from lines timed here."""
-    from vllm_ops import loads
+    from vllm_ops_host import loads
 
     def a_load(total, weights, variant):
         lines = [(500.0 + 3.0, "INFO [gpu_model_runner.py:5040] Starting to load model /models/kimi..."),

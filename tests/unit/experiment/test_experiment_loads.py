@@ -6,9 +6,9 @@ import csv
 import json
 from pathlib import Path
 
-from vllm_ops import loads
 from vllm_ops.experiment import append_experiment
 from vllm_ops.experiment.cli import main
+from vllm_ops_host import loads
 
 T0 = 1000.0
 FORMATS = {  # variant name -> (--load-format, seconds to ready, weights seconds)

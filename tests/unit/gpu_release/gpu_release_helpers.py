@@ -1,6 +1,7 @@
 """Helpers for the gpu_release tests: real processes holding regular files as "devices".
 
-The lib lives in the role (it runs on managed hosts), so it is imported from there by path.
+The lib is the collection's plugins/module_utils/gpu_release_lib.py (it runs on managed hosts), imported
+by the name Ansible gives it there.
 """
 
 import os
@@ -12,7 +13,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 ROLE = REPO / "roles" / "gpu_release"
-sys.path.insert(0, str(ROLE / "module_utils"))
 
 # A vLLM-like worker: title VLLM::Worker_TP0 by argv[0], holds the files it is given open,
 # says "ready" once they are open, optionally ignores SIGTERM.

@@ -3,9 +3,9 @@
 import re
 
 import pytest
+from ansible_collections.vllm_ops.serving.plugins.module_utils import gpu_release_lib as lib
 
 import gpu_release_helpers  # noqa: F401  (puts the role's module_utils on sys.path)
-import gpu_release_lib as lib
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ import os
 import signal
 
 import pytest
+from ansible_collections.vllm_ops.serving.plugins.module_utils import gpu_release_lib as lib
 
-import gpu_release_lib as lib
 from gpu_release_helpers import alive
 
 OWNED = ["^VLLM::"]

@@ -35,7 +35,7 @@ def play(devices, *args, **extra_vars):
            # No sudo needed to signal our own children; and under Mitogen a local become runs
            # sudo even to become root as root, which a machine may not have.
            "-e", "ansible_become=false"]
-    env = dict(os.environ, ANSIBLE_ROLES_PATH=str(REPO / "roles"), ANSIBLE_NOCOLOR="1",
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0")
     proc = subprocess.run(cmd + list(args), cwd=str(REPO), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, check=False)
@@ -107,9 +107,7 @@ def test_shared_control_node_is_refused(devices):
 
 
 def _module_docs():
-    sys.modules.setdefault("ansible.module_utils.gpu_release_lib",
-                           __import__("gpu_release_lib"))
-    path = ROLE / "library" / "gpu_release.py"
+    path = REPO / "plugins" / "modules" / "gpu_release.py"
     namespace = {"__name__": "gpu_release_module", "__file__": str(path)}
     exec(compile(path.read_text(), str(path), "exec"), namespace)  # our own file
     return namespace
@@ -125,9 +123,9 @@ def test_role_defaults_argument_specs_and_module_options_agree():
 
     docs = yaml.safe_load(_module_docs()["DOCUMENTATION"])["options"]
     tasks = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
-    [release] = [t for t in tasks if "gpu_release" in t]
-    assert set(release["gpu_release"]) == set(docs)
-    for option, value in release["gpu_release"].items():
+    [release] = [t for t in tasks if "vllm_ops.serving.gpu_release" in t]
+    assert set(release["vllm_ops.serving.gpu_release"]) == set(docs)
+    for option, value in release["vllm_ops.serving.gpu_release"].items():
         assert value == "{{ gpu_release_%s }}" % option
         if option not in ("devices", "owned_units"):  # those defaults differ on purpose
             assert docs[option]["default"] == defaults["gpu_release_%s" % option], option

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
+from ansible_collections.vllm_ops.serving.plugins.module_utils import gpu_release_lib as lib
 
-import gpu_release_lib as lib
 from gpu_release_helpers import alive
 
 OWNED = ["^VLLM::", "vllm serve", r"vllm\.entrypoints"]

@@ -1,5 +1,6 @@
-"""src/vllm_ops/checkpoint.py: the bytes of a checkpoint by part, from its safetensors headers only,
-against checkpoints the tests build (sparse files: the data is a hole), and what the hosts need of it."""
+"""plugins/module_utils/checkpoint.py (vllm_ops_host.checkpoint): the bytes of a checkpoint by part, from its
+safetensors headers only, against checkpoints the tests build (sparse files: the data is a hole), and what
+the hosts need of it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops import checkpoint as ckpt
+from vllm_ops_host import checkpoint as ckpt
 
 from ledger_helpers import (
     DENSE,

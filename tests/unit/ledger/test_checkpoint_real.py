@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.checkpoint import read_checkpoint
+from vllm_ops_host.checkpoint import read_checkpoint
 
 from ledger_helpers import moe_checkpoint
 

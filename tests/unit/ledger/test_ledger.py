@@ -15,9 +15,9 @@ import math
 
 import pytest
 
-from vllm_ops.checkpoint import read_checkpoint, unreadable
 from vllm_ops.ledger import LEVERS, MEMORY_BOUND_FACTOR, LedgerInputError, decode_ledger, describe
 from vllm_ops.traces import summarize
+from vllm_ops_host.checkpoint import read_checkpoint, unreadable
 
 from ledger_helpers import DENSE, EXPERTS, HEADS, HIDDEN, KV_LORA, LAYERS, PER_TOKEN, ROPE, decode_trace, moe_checkpoint
 

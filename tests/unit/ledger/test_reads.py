@@ -10,8 +10,8 @@ from statistics import fmean
 
 import pytest
 
-from vllm_ops.checkpoint import read_checkpoint, unreadable
 from vllm_ops.ledger import LedgerInputError, expected_experts, load_checkpoint, step_reads
+from vllm_ops_host.checkpoint import read_checkpoint, unreadable
 
 from ledger_helpers import DENSE, EXPERTS, HIDDEN, KV_LORA, LAYERS, PER_TOKEN, ROPE, moe_checkpoint
 

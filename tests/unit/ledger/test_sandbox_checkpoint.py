@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.checkpoint import read_checkpoint
 from vllm_ops.traces import summarize
+from vllm_ops_host.checkpoint import read_checkpoint
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "molecule" / "resources" / "toy_checkpoint.py"

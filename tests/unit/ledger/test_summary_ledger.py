@@ -170,7 +170,7 @@ def test_the_steps_carry_their_context_lengths_and_the_kv_floor_reads_them(world
 
 
 def test_the_checkpoint_as_a_record_file_or_a_capture(world, tmp_path, capsys):
-    from vllm_ops.checkpoint import read_checkpoint
+    from vllm_ops_host.checkpoint import read_checkpoint
 
     record = read_checkpoint(str(world["model"]))
     (tmp_path / "record.json").write_text(json.dumps(record))

@@ -1,6 +1,6 @@
-"""The vllm_capture role's module vllm_checkpoint, run by ansible-playbook with -c local as a play that
-loads the role (its library and module_utils, the link to src/vllm_ops/checkpoint.py) without running
-its tasks: what the host returns is what the controller's reader returns."""
+"""The collection's module vllm_checkpoint, run by ansible-playbook with -c local (with its module_utils,
+plugins/module_utils/checkpoint.py, which the controller reads as vllm_ops_host.checkpoint): what the host
+returns is what the controller's reader returns."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.checkpoint import read_checkpoint
+from vllm_ops_host.checkpoint import read_checkpoint
 
 from ledger_helpers import moe_checkpoint
 
@@ -24,11 +24,8 @@ pytestmark = pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-p
 PLAY = """
 - hosts: localhost
   gather_facts: false
-  roles:
-    - role: vllm_capture
-      when: false
   tasks:
-    - vllm_checkpoint:
+    - vllm_ops.serving.vllm_checkpoint:
         path: "{{ model_dir }}"
       register: out
     - ansible.builtin.copy:

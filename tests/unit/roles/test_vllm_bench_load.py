@@ -25,7 +25,7 @@ PLAYBOOK = """
   gather_facts: false
   tasks:
     - ansible.builtin.include_role:
-        name: vllm_bench
+        name: vllm_ops.serving.vllm_bench
         tasks_from: checks
       vars:
         vllm_bench_load_overrides: {"concurrencies": [2, 3], "repeats": 1}
@@ -34,7 +34,7 @@ PLAYBOOK = """
     - ansible.builtin.debug:
         msg: "CHECKED {{ vllm_bench_checked_load | to_json }}"
     - ansible.builtin.include_role:
-        name: vllm_bench
+        name: vllm_ops.serving.vllm_bench
       vars:
         vllm_bench_label: baseline
         vllm_bench_slot: 00-baseline

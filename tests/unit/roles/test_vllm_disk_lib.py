@@ -6,16 +6,10 @@ never asserted."""
 from __future__ import annotations
 
 import errno
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
-
-LIB = Path(__file__).resolve().parents[3] / "roles/vllm_disk/module_utils/vllm_disk_lib.py"
-spec = importlib.util.spec_from_file_location("vllm_disk_lib", LIB)
-disk = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(disk)
+from ansible_collections.vllm_ops.serving.plugins.module_utils import vllm_disk_lib as disk
 
 MIB = 1 << 20
 

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.serving.plugins.module_utils import vllm_fabric_lib as lib
 
 from vllm_ops import fabric
-
-LIB = Path(__file__).resolve().parents[3] / "roles/vllm_capture/module_utils/vllm_fabric_lib.py"
-spec = importlib.util.spec_from_file_location("vllm_fabric_lib", LIB)
-lib = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lib)
 
 NEW, OLD = lib.QUERIES
 APPS = "4242, VLLM::Worker_TP0, 00000000:18:00.0, 136582\n4243, VLLM::Worker_TP1, 00000000:2A:00.0, 136582\n"

@@ -1,15 +1,10 @@
-"""roles/vllm_job/library/vllm_job_free_space.py: the directory a job writes, measured where it will be."""
+"""plugins/modules/vllm_job_free_space.py: the directory a job writes, measured where it will be."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
-MODULE = Path(__file__).resolve().parents[3] / "roles/vllm_job/library/vllm_job_free_space.py"
-spec = importlib.util.spec_from_file_location("vllm_job_free_space", MODULE)
-free_space = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(free_space)
+from ansible_collections.vllm_ops.serving.plugins.modules import vllm_job_free_space as free_space
 
 
 def test_a_directory_that_does_not_exist_yet_is_measured_at_its_nearest_existing_parent(tmp_path):

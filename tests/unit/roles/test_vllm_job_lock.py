@@ -1,4 +1,4 @@
-"""roles/vllm_job/library/vllm_job_lock.py, run as Ansible runs a module: one lock for every job."""
+"""plugins/modules/vllm_job_lock.py, run as Ansible runs a module: one lock for every job."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-MODULE = Path(__file__).resolve().parents[3] / "roles/vllm_job/library/vllm_job_lock.py"
+MODULE = Path(__file__).resolve().parents[3] / "plugins/modules/vllm_job_lock.py"
 BOOT = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 

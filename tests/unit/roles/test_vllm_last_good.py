@@ -1,19 +1,14 @@
-"""The last-known-good store (roles/vllm/module_utils/vllm_last_good_lib.py) on real files in a tmp dir."""
+"""The last-known-good store (plugins/module_utils/vllm_last_good_lib.py) on real files in a tmp dir."""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
-
-LIB = Path(__file__).resolve().parents[3] / "roles/vllm/module_utils/vllm_last_good_lib.py"
-spec = importlib.util.spec_from_file_location("vllm_last_good_lib", LIB)
-lkg = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lkg)
+from ansible_collections.vllm_ops.serving.plugins.module_utils import vllm_last_good_lib as lkg
 
 RECORD = {"version": "0.32.0", "served_version": "0.32.0", "executable": "/opt/vllm/0.32.0/bin/vllm",
           "venv_dir": "/opt/vllm/0.32.0", "unit": "vllm-kimi-k25-int4.service"}

@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 from vllm_ops.records import IncidentRecord
+from vllm_ops_host import loads
 
-# as the role installs them: the watch, and beside it the load's reader (module_utils' vllm_ops_loads.py)
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "roles" / "vllm" / "module_utils"))
+# as the role installs them: the watch, and beside it the load's reader (plugins/module_utils/loads.py,
+# installed as vllm_ops_loads.py)
+sys.modules.setdefault("vllm_ops_loads", loads)
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "roles" / "vllm" / "files"))
 
-import vllm_ops_watch as w
+import vllm_ops_watch as w  # noqa: E402
 
 EXPOSITION = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -33,9 +33,9 @@ def host(tmp_path):
     (tmp_path / "faults").mkdir()
     (tmp_path / "model").mkdir()
     playbook = tmp_path / "preflight.yml"
-    playbook.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
-                        "    - ansible.builtin.include_role:\n        name: vllm\n        tasks_from: preflight\n"
-                        "    - ansible.builtin.include_role:\n        name: vllm\n        tasks_from: preflight\n")
+    preflight = ("    - ansible.builtin.include_role:\n"
+                 "        name: vllm_ops.serving.vllm\n        tasks_from: preflight\n")
+    playbook.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n" + preflight + preflight)
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
                GPU_SIM_DEVICE_GLOB=str(tmp_path / "dev" / "nvidia[0-9]*"), GPU_SIM_CLAIM_DIR=str(tmp_path / "claims"),
                VLLM_STANDIN_FAULT_DIR=str(tmp_path / "faults"))
@@ -73,7 +73,7 @@ def test_healthy_links_say_nothing_and_check_mode_reads_them_too(host):
     rc, out = host("--check", vllm_pcie_link_check="error")
     assert rc == 2 and PAST_THE_CHECK in out, out
     assert "PCIe link of GPU" not in out and "PCIe links of localhost not checked" not in out
-    assert "TASK [vllm : Read the GPUs' PCIe link widths]" in out
+    assert "TASK [vllm_ops.serving.vllm : Read the GPUs' PCIe link widths]" in out
 
 
 @pytest.mark.parametrize("mode", ["error", "warn"])

@@ -1,18 +1,18 @@
 """vllm_profile_run reads the PCIe links while the profiled requests run, against both stand-ins.
 
-The module (roles/vllm_capture/library) runs as on the host: the vLLM stand-in serves two ranks on
+The module (plugins/modules/vllm_profile_run.py) runs as on the host: the vLLM stand-in serves two ranks on
 simulated GPUs, the nvidia-smi stand-in reports their links, and its fault switch trains GPU 1's
 link at x4. What the module records is then judged by vllm_ops.fabric, as the report will.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.serving.plugins.modules import vllm_profile_run as MODULE
 
 from vllm_ops import fabric
 
@@ -20,19 +20,6 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "standin"))
 
 from standin_support import NVIDIA_SMI, Sandbox, Server  # noqa: E402
-
-
-def _load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-# The module imports its helper as Ansible ships it, from ansible.module_utils.
-LIB = _load("ansible.module_utils.vllm_fabric_lib", ROOT / "roles/vllm_capture/module_utils/vllm_fabric_lib.py")
-MODULE = _load("vllm_profile_run_under_test", ROOT / "roles/vllm_capture/library/vllm_profile_run.py")
 
 
 @pytest.fixture

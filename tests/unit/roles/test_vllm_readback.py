@@ -1,17 +1,14 @@
-"""The read-back after a start (roles/vllm/module_utils/vllm_readback_lib.py): a running server's
+"""The read-back after a start (plugins/module_utils/vllm_readback_lib.py): a running server's
 command line, environment and release against what was asked, and the file that made each
 difference, by systemd's rules. Expected differences are written here by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
+from ansible_collections.vllm_ops.serving.plugins.module_utils import vllm_readback_lib as lib
+
 ROOT = Path(__file__).resolve().parents[3]
-LIB = ROOT / "roles/vllm/module_utils/vllm_readback_lib.py"
-spec = importlib.util.spec_from_file_location("vllm_readback_lib", LIB)
-lib = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lib)
 
 UNIT = "/etc/systemd/system/vllm-x.service"
 ENV = "/etc/vllm/vllm-x.env"

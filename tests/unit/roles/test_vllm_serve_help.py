@@ -1,20 +1,16 @@
-"""The release check before a switch (roles/vllm/module_utils/vllm_serve_help_lib.py): vllm serve
+"""The release check before a switch (plugins/module_utils/vllm_serve_help_lib.py): vllm serve
 --help=all read as vLLM 0.32's CPU build prints it, and a unit's command line checked against it."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllm_ops.serving.plugins.module_utils import vllm_serve_help_lib as lib
 
 ROOT = Path(__file__).resolve().parents[3]
-LIB = ROOT / "roles/vllm/module_utils/vllm_serve_help_lib.py"
-spec = importlib.util.spec_from_file_location("vllm_serve_help_lib", LIB)
-lib = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lib)
 
 # Lines of vLLM 0.32.0's `vllm serve --help=all` (CPU build), as printed: aliases after ", -", a
 # choice metavar holding ", ", a description on the same line, the profiler's default wrapped.

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 from pathlib import Path
 
 import pytest
-
-MODULE = Path(__file__).resolve().parents[3] / "roles/vllm_capture/library/vllm_trace_files.py"
-spec = importlib.util.spec_from_file_location("vllm_trace_files", MODULE)
-trace_files = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(trace_files)
+from ansible_collections.vllm_ops.serving.plugins.modules import vllm_trace_files as trace_files
 
 PREFIX = "vllm-ops-20261130T045536Z"
 

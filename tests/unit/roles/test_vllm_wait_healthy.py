@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import json
 import socket
-import sys
 import threading
-from pathlib import Path
 
 import pytest
-
-from vllm_ops import loads
-
-MODULE = Path(__file__).resolve().parents[3] / "roles/vllm/library/vllm_wait_healthy.py"
-# The module imports the load parser as Ansible ships it, from module_utils (a link to vllm_ops.loads).
-sys.modules.setdefault("ansible.module_utils.vllm_ops_loads", loads)
-spec = importlib.util.spec_from_file_location("vllm_wait_healthy", MODULE)
-health = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(health)
+from ansible_collections.vllm_ops.serving.plugins.modules import vllm_wait_healthy as health
 
 ACTIVE = {"ActiveState": "active", "SubState": "running", "InvocationID": "abc", "NRestarts": "0"}
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops import loads
 from vllm_ops.rollout import RolloutInputError, build_report, load_rollout
 from vllm_ops.rollout.cli import main
 from vllm_ops.rollout.render import render_markdown
 from vllm_ops.rollout.report import reason_line
+from vllm_ops_host import loads
 
 from rollout_helpers import host_record, same, write_canary
 

@@ -1,5 +1,5 @@
 """The summarizer's Python API, with the assertions the tests of the removed filters
-(filter_plugins/vllm_trace.py: vllm_trace_summary, vllm_trace_markdown, vllm_trace_topology)
+(plugins/filter/vllm_trace.py, gone: vllm_trace_summary, vllm_trace_markdown, vllm_trace_topology)
 made: the campaign's report reads the traces in Python now (vllm-campaign-report analyze)."""
 
 import gzip

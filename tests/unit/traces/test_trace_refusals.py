@@ -130,7 +130,7 @@ def test_a_checkpoint_without_a_tensor_parallel_size_names_the_flag(tmp_path, ev
     record = _write(tmp_path / "checkpoint.json", {"tool": "x"}, gz=False)
     assert main([path, "--checkpoint", record]) == 2  # a bad record is refused first
     capsys.readouterr()
-    from vllm_ops import checkpoint as ckpt
+    from vllm_ops_host import checkpoint as ckpt
 
     good = _write(tmp_path / "record.json", {"tool": ckpt.TOOL, "schema": ckpt.SCHEMA, "error": "not read"}, gz=False)
     assert main([path, "--checkpoint", good]) == 2
@@ -164,7 +164,7 @@ def test_the_help_says_where_the_tensor_parallel_size_comes_from(capsys):
 
 
 def test_a_tensor_parallel_size_that_does_not_split_the_heads_is_refused_by_its_flag(tmp_path, ev, capsys):
-    from vllm_ops import checkpoint as ckpt
+    from vllm_ops_host import checkpoint as ckpt
 
     path = _one_trace(tmp_path, ev, info=False)
     heads = {"tool": ckpt.TOOL, "schema": ckpt.SCHEMA, "error": None, "model": {"num_attention_heads": 6},

@@ -9,8 +9,8 @@ import statistics
 
 import yaml
 
-from vllm_ops import loads
 from vllm_ops.tune.cli import main
+from vllm_ops_host import loads
 
 from tune_helpers import COMM_NEXT, HOST_NEXT, UNIT, floor, summary, write_experiment
 

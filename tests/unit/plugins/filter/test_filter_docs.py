@@ -1,7 +1,7 @@
 """Every filter the project's filter plugins export has its sidecar documentation, and
 ``ansible-doc -t filter NAME`` shows it; no sidecar is left for a filter that is gone."""
 
-import importlib.util
+import importlib
 import os
 import subprocess
 import sys
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[4]
-PLUGINS = REPO / "filter_plugins"
+PLUGINS = REPO / "plugins" / "filter"
 BIN = Path(sys.executable).parent
 GONE = ("vllm_trace_summary", "vllm_trace_markdown", "vllm_trace_topology", "vllm_campaign_headline",
         "vllm_campaign_latency_stats", "vllm_campaign_duration", "vllm_campaign_downtime_text")
@@ -20,9 +20,7 @@ def _exported() -> dict[str, str]:
     """{filter name: the plugin file exporting it}, read from each FilterModule."""
     names = {}
     for path in sorted(PLUGINS.glob("*.py")):
-        spec = importlib.util.spec_from_file_location(f"filter_under_test_{path.stem}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = importlib.import_module(f"ansible_collections.vllm_ops.serving.plugins.filter.{path.stem}")
         for name in module.FilterModule().filters():
             assert name not in names, f"{name} is exported by {names.get(name)} and {path.name}"
             names[name] = path.name
@@ -47,8 +45,8 @@ def test_ansible_doc_shows_every_filter():
         pytest.skip(f"{tool} not installed")
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     names = sorted(EXPORTED)
-    proc = subprocess.run([str(tool), "-t", "filter", *names], capture_output=True, text=True, env=env, cwd=REPO,
-                          timeout=300)
+    proc = subprocess.run([str(tool), "-t", "filter", *(f"vllm_ops.serving.{name}" for name in names)],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for name in names:
         assert f"{name}.yml" in proc.stdout, name

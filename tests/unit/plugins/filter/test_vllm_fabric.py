@@ -1,23 +1,10 @@
-"""filter_plugins/vllm_fabric.py: the fabric filters, thin over vllm_ops.fabric, their errors naming them."""
-
-import importlib.util
-from pathlib import Path
+"""plugins/filter/vllm_fabric.py: the fabric filters, thin over vllm_ops.fabric, their errors naming them."""
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_ops.serving.plugins.filter import vllm_fabric
 
-REPO = Path(__file__).resolve().parents[4]
-
-
-def _filters():
-    spec = importlib.util.spec_from_file_location("vllm_fabric_filter_under_test",
-                                                  REPO / "filter_plugins" / "vllm_fabric.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FilterModule().filters()
-
-
-FILTERS = _filters()
+FILTERS = vllm_fabric.FilterModule().filters()
 
 
 def test_the_filters_are_exported_and_thin():

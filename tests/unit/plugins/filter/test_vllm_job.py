@@ -1,6 +1,5 @@
-"""filter_plugins/vllm_job.py: the job skeleton's filter, thin, its errors naming it, in a playbook."""
+"""plugins/filter/vllm_job.py: the job skeleton's filter, thin, its errors naming it, in a playbook."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -8,19 +7,13 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_ops.serving.plugins.filter import vllm_job
 
 REPO = Path(__file__).resolve().parents[4]
 BIN = Path(sys.executable).parent
 
 
-def _filters():
-    spec = importlib.util.spec_from_file_location("vllm_job_filter_under_test", REPO / "filter_plugins" / "vllm_job.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FilterModule().filters()
-
-
-FILTERS = _filters()
+FILTERS = vllm_job.FilterModule().filters()
 
 
 def test_the_filter_is_exported_and_thin():
@@ -51,9 +44,11 @@ def test_in_a_playbook(tmp_path):
     - name: Check
       ansible.builtin.assert:
         that:
-          - "({'seconds_not_ready': 8.26, 'gaps': 1} | vllm_job_downtime_text) == 'downtime 8.3 s in 1 gap'"
+          - >-
+            ({'seconds_not_ready': 8.26, 'gaps': 1} | vllm_ops.serving.vllm_job_downtime_text)
+            == 'downtime 8.3 s in 1 gap'
 """)
-    env = dict(os.environ, ANSIBLE_FILTER_PLUGINS=str(REPO / "filter_plugins"), ANSIBLE_NOCOLOR="1",
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".collections"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
     env.pop("ANSIBLE_CONFIG", None)
     proc = subprocess.run([str(tool), "-i", "localhost,", "-c", "local", "-e",
@@ -61,3 +56,14 @@ def test_in_a_playbook(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "failed=0" in proc.stdout
+
+
+def test_without_the_package_each_filter_is_there_and_says_what_to_install(monkeypatch):
+    """An installed collection on a controller that lacks vllm_ops: the plugin still loads and names its
+    filters, and a template that uses one is told what to install (not that the filter does not exist)."""
+    monkeypatch.setitem(sys.modules, "vllm_ops.filters", None)  # import vllm_ops.filters now raises ImportError
+    filters = vllm_job.FilterModule().filters()
+    assert list(filters) == ["vllm_job_downtime_text"]
+    with pytest.raises(AnsibleFilterError, match=r"^the filter vllm_job_downtime_text runs the vllm_ops Python package "
+                                                 r"on the controller, and .* cannot import it .*: install the package"):
+        filters["vllm_job_downtime_text"]({"seconds_not_ready": 1, "gaps": 1})

@@ -1,1 +1,0 @@
-../../../src/vllm_ops/checkpoint.py
