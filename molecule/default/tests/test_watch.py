@@ -72,6 +72,11 @@ def test_the_watch_runs_as_its_own_user_with_ptrace_and_kill_only(host):
     assert set(prop(host, WATCH, "CapabilityBoundingSet").split()) == {"cap_kill", "cap_sys_ptrace"}
     config = json.loads(host.file("/usr/local/lib/vllm-ops/watch/watch.json").content_string)
     assert (config["unit"], config["stall_s"], config["url"]) == (f"{UNIT}.service", STALL_S, "http://127.0.0.1:8000")
+    # its figures for Prometheus, written under the unit's sandbox and readable by node_exporter's user
+    figures = host.file("/var/lib/vllm-ops/metrics/vllm_ops_watch.prom")
+    wait_for(lambda: figures.exists, "the watch's figures for Prometheus")
+    assert figures.mode == 0o644 and figures.user == "vllm-ops-watch"
+    assert f'vllm_ops_watch_stalls_total{{unit="{UNIT}.service"}} 0' in figures.content_string
 
 
 def test_an_idle_service_watched_for_two_minutes_keeps_its_main_pid(host):

@@ -54,6 +54,10 @@ try:  # installed beside the watch by the role: the load's record, as the role's
     import vllm_ops_loads as loads
 except ImportError:  # a watch copied alone still watches; its incidents say why no load is recorded
     loads = None
+try:  # installed beside the watch by the role: the step time at its load (the collection's step_model.py)
+    import vllm_ops_step_model as step_model
+except ImportError:  # without it the watch finds stalls and exports no step time
+    step_model = None
 
 STEPS = "vllm:iteration_tokens_total_count"
 TOKENS = "vllm:generation_tokens_total"
@@ -78,6 +82,23 @@ DEFAULTS = {
     "lock_file": "/run/vllm-ops/job.lock", "py_spy": "/usr/local/bin/py-spy",
     "health_timeout_s": 2400.0, "request_timeout_s": 5.0, "journal_lines": 300, "environment_files": [],
     "model_path": "",
+    "slowdown_interval_s": 60.0, "baseline_intervals": 30, "min_band": 0.10,
+    "metrics_file": "/var/lib/vllm-ops/metrics/vllm_ops_watch.prom",
+}
+# The figures the watch exports for Prometheus (node_exporter's textfile collector reads metrics_file):
+# name -> (type, help). The project's alert rules use these names and no other (a test checks both ways).
+EXPORTED = {
+    "vllm_ops_watch_updated_timestamp_seconds": ("gauge", "When the watch last wrote these figures (Unix time)."),
+    "vllm_ops_watch_stalls_total": ("counter", "Stalls found since the watch started."),
+    "vllm_ops_watch_restarts_in_window": ("gauge", "Restarts the watch made in its restart window."),
+    "vllm_ops_watch_gave_up": ("gauge", "1 when the watch stopped restarting: its restart limit was reached."),
+    "vllm_ops_watch_last_incident_timestamp_seconds": ("gauge", "When the last incident was recorded (Unix time)."),
+    "vllm_ops_watch_baseline_intervals": ("gauge", "Intervals the step-time baseline was fitted on (0: learning)."),
+    "vllm_ops_watch_step_seconds": ("gauge", "Mean decode step time over the last judged interval."),
+    "vllm_ops_watch_step_expected_seconds": ("gauge", "The baseline's step time at the same batch and KV usage."),
+    "vllm_ops_watch_step_residual": ("gauge", "Step time over the baseline's at the same load, less one."),
+    "vllm_ops_watch_step_band": ("gauge", "The baseline's noise band: a residual above it is a slowdown."),
+    "vllm_ops_watch_decode_batch": ("gauge", "Tokens generated per engine step over the last judged interval."),
 }
 
 
@@ -420,6 +441,94 @@ def save(path, incident):
     _write(os.path.join(path, "incident.json"), json.dumps(incident, indent=2, sort_keys=True) + "\n")
 
 
+# -- slowdowns -------------------------------------------------------------------------------------
+
+class Slowdown:
+    """The step time at its load (``vllm_ops_step_model``), one interval of ``slowdown_interval_s`` at a
+    time, from the scrapes the watch makes anyway. Without a baseline (``baseline.json`` in the incidents
+    directory) it learns one from the first ``baseline_intervals`` judged intervals (a known-good window:
+    the service as deployed) and keeps it, across restarts of the service and of the watch, until it is
+    removed; then each interval's residual against it, with its band."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.path = os.path.join(cfg["incidents_dir"], "baseline.json")
+        self.record = _load_json(self.path) or None
+        self.learning = []
+        self.start = None  # (monotonic time, invocation, samples) at the interval's start
+        self.latest = None
+
+    @property
+    def baseline(self):
+        return (self.record or {}).get("baseline")
+
+    def observe(self, now, wall, invocation, samples):
+        """A scrape; returns the interval it closed (with ``residual`` and ``band`` once there is a baseline)
+        or None."""
+        if samples is None or self.start is None or self.start[1] != invocation:
+            self.start = None if samples is None else (now, invocation, samples)
+            return None
+        seconds = now - self.start[0]
+        if seconds < self.cfg["slowdown_interval_s"]:
+            return None
+        measured = step_model.interval(self.start[2], samples, seconds)
+        self.start = (now, invocation, samples)
+        if measured is None:
+            return None
+        if self.baseline is None:
+            self.learning.append(dict(measured, at=wall))
+            if len(self.learning) >= self.cfg["baseline_intervals"]:
+                self.fit()
+            self.latest = measured
+            return measured
+        expected = step_model.predict(self.baseline, measured["batch"], measured["kv"])
+        residual = step_model.residual(self.baseline, measured)
+        self.latest = dict(measured, expected_ms=expected, residual=residual, band=self.baseline["band"])
+        return self.latest
+
+    def fit(self):
+        window = [self.learning[0]["at"] - self.learning[0]["seconds"], self.learning[-1]["at"]]
+        try:
+            baseline = step_model.fit(self.learning, self.cfg["min_band"], window=window)
+        except step_model.ModelError as exc:
+            say(f"no step-time baseline yet: {exc}", "warning")
+            self.learning = self.learning[1:]
+            return
+        self.record = {"baseline": baseline, "fitted_at": time.time(), "samples": self.learning}
+        _write(self.path, json.dumps(self.record, indent=2, sort_keys=True) + "\n")
+        self.learning = []
+        say(f"step-time baseline fitted on {baseline['intervals']} intervals: {baseline['a']:.2f} ms + "
+            f"{baseline['b']:.3f} ms a token of batch, band {baseline['band']:.0%}")
+
+
+def exposition(unit, figures):
+    """The Prometheus text exposition of ``figures`` (name -> value; a name of :data:`EXPORTED`, a None
+    value left out), each with its HELP and TYPE, labelled with the unit."""
+    lines = []
+    for name, value in figures.items():
+        if value is None:
+            continue
+        kind, text = EXPORTED[name]
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f'{name}{{unit="{unit}"}} {float(value):.9g}']
+    return "\n".join(lines) + "\n"
+
+
+def export(path, text):
+    """The exposition where node_exporter's textfile collector reads it: whole (a rename), readable by all.
+    Returns why it could not be written, or None."""
+    if not path:
+        return None
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror or exc}"
+    return None
+
+
 # -- the host ---------------------------------------------------------------------------------------
 
 def unit_props(unit):
@@ -518,11 +627,52 @@ class Watch:
         self.budget = RestartBudget(cfg["max_restarts"], cfg["restart_window_s"], past)
         self.recorded = None  # the InvocationID whose ongoing stall was recorded without action
         self.stalls = 0
+        self.slowdown = Slowdown(cfg) if step_model is not None else None
+        self.last_incident = None
+        self.gave_up = False
+        self.export_failed = None
 
     def write_state(self, now, said):
-        state = {"updated": time.time(), "said": said, "stalls": self.stalls,
+        wall = time.time()
+        state = {"updated": wall, "said": said, "stalls": self.stalls,
                  "restarts": list(self.budget.times), **self.rule.state(now)}
         _write(self.state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
+        failed = export(self.cfg["metrics_file"], exposition(self.cfg["unit"], self.figures(wall)))
+        if failed != self.export_failed and failed:  # said once, not at every poll
+            say(f"the figures for Prometheus cannot be written ({failed}); the watch goes on", "warning")
+        self.export_failed = failed
+
+    def figures(self, wall):
+        """What the watch exports (:data:`EXPORTED`); the step's figures only for a judged interval."""
+        slow = self.slowdown
+        latest = (slow.latest or {}) if slow is not None else {}
+        baseline = slow.baseline if slow is not None else None
+        return {
+            "vllm_ops_watch_updated_timestamp_seconds": wall,
+            "vllm_ops_watch_stalls_total": self.stalls,
+            "vllm_ops_watch_restarts_in_window": self.budget.count(wall),
+            "vllm_ops_watch_gave_up": int(self.gave_up),
+            "vllm_ops_watch_last_incident_timestamp_seconds": self.last_incident,
+            "vllm_ops_watch_baseline_intervals": None if slow is None else (baseline or {}).get("intervals", 0),
+            "vllm_ops_watch_step_seconds": None if "step_ms" not in latest else latest["step_ms"] / 1000.0,
+            "vllm_ops_watch_step_expected_seconds": (None if "expected_ms" not in latest
+                                                     else latest["expected_ms"] / 1000.0),
+            "vllm_ops_watch_step_residual": latest.get("residual"),
+            "vllm_ops_watch_step_band": latest.get("band"),
+            "vllm_ops_watch_decode_batch": latest.get("batch"),
+        }
+
+    def step_words(self):
+        """The last judged interval in words, for the status line; empty when there is none."""
+        latest = self.slowdown.latest if self.slowdown is not None else None
+        if not latest:
+            return ""
+        if "residual" not in latest:
+            learned = len(self.slowdown.learning)
+            return (f"; step {latest['step_ms']:.1f} ms at batch {latest['batch']:.1f} (learning the baseline: "
+                    f"{learned} of {self.cfg['baseline_intervals']:.0f} intervals)")
+        return (f"; step {latest['step_ms']:.1f} ms at batch {latest['batch']:.1f}, {latest['residual']:+.0%} "
+                f"against the baseline (band {latest['band']:.0%})")
 
     def poll(self):
         """One poll: read, judge, act. Returns the exit code to stop with, or None."""
@@ -531,15 +681,18 @@ class Watch:
         cfg, now, wall = self.cfg, time.monotonic(), time.time()
         props = unit_props(cfg["unit"])
         status, text = fetch(cfg["url"] + "/metrics", cfg["request_timeout_s"])
-        value = reading(parse_metrics(text)) if status == 200 else None
+        samples = parse_metrics(text) if status == 200 else None
+        value = reading(samples) if samples is not None else None
         stalled = self.rule.observe(now, props.get("InvocationID"), value)
+        if self.slowdown is not None:
+            self.slowdown.observe(now, wall, props.get("InvocationID"), samples)
         if not stalled:
             self.recorded = None
             last = self.rule.last
             said = ("not answering (loading or stopped)" if value is None else
                     f"no {STEPS} or {TOKENS} in /metrics: nothing to judge progress by" if last is None else
                     "idle" if last["busy"] <= 0 else
-                    f"{last['busy']:.0f} request(s) in flight, advancing")
+                    f"{last['busy']:.0f} request(s) in flight, advancing" + self.step_words())
             notify(f"STATUS={said}; stall after {self.rule.stall_s:.0f} s; "
                    f"{self.budget.count(wall)} restart(s) in the window")
             self.write_state(now, said)
@@ -550,6 +703,7 @@ class Watch:
         stall = {"stalled_s": round(stalled, 1), "stall_s": round(self.rule.stall_s, 1),
                  "reading": value, "derived": self.rule.configured <= 0}
         path, incident = collect(cfg, props, text, stall, wall)
+        self.last_incident = wall
         holder = lock_holder(cfg["lock_file"], wall)
         say(f"stalled for {stalled:.0f} s with {value['busy']:.0f} request(s) in flight: {incident['verdict']}; "
             f"evidence in {path}", "error")
@@ -566,6 +720,7 @@ class Watch:
                     f"{cfg['restart_window_s']:.0f} s; evidence in {path}; restart by hand once understood")
             say(said, "error")
             notify(f"STATUS={said}")
+            self.gave_up = True
             self.write_state(now, said)
             return EXIT_GAVE_UP
         else:

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from vllm_ops.records import IncidentRecord
-from vllm_ops_host import loads
+from vllm_ops_host import loads, step_model
 
-# as the role installs them: the watch, and beside it the load's reader (plugins/module_utils/loads.py,
-# installed as vllm_ops_loads.py)
+# as the role installs them: the watch, and beside it the load's reader and the step model
+# (plugins/module_utils/loads.py and step_model.py, installed as vllm_ops_loads.py, vllm_ops_step_model.py)
 sys.modules.setdefault("vllm_ops_loads", loads)
+sys.modules.setdefault("vllm_ops_step_model", step_model)
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "roles" / "vllm" / "files"))
 
 import vllm_ops_watch as w  # noqa: E402
@@ -243,7 +244,7 @@ class Host:
 
         monkeypatch.setattr(w, "wait_restarted", restarted)
         self.cfg = {**w.DEFAULTS, "stall_s": 20, "max_restarts": 1, "incidents_dir": str(tmp_path / "incidents"),
-                    "lock_file": str(tmp_path / "job.lock")}
+                    "lock_file": str(tmp_path / "job.lock"), "metrics_file": str(tmp_path / "vllm_ops_watch.prom")}
         (tmp_path / "incidents").mkdir()
         self.dir = tmp_path / "incidents"
 
@@ -460,3 +461,120 @@ def test_a_stall_under_an_expired_lock_is_restarted(monkeypatch, tmp_path):
     assert polls(watch, monkeypatch, [100, 110, 120]) == [None] * 3
     assert host.killed == [(100, w.signal.SIGKILL)]
     assert host.incidents()[-1]["action"]["taken"] == "restart"
+
+
+# -- slowdowns: the step time at its load, exported for Prometheus ---------------------------------------
+
+class Server:
+    """/metrics of a server whose steps take ``8 + 0.25 * batch`` ms (times ``slower``), its counters advanced
+    by ``advance(seconds)`` at the batch set; every generated token's inter-token latency is its step's."""
+
+    def __init__(self):
+        self.total = {"vllm:iteration_tokens_total_count": 0.0, "vllm:iteration_tokens_total_sum": 0.0,
+                      "vllm:generation_tokens_total": 0.0, "vllm:inter_token_latency_seconds_sum": 0.0,
+                      "vllm:inter_token_latency_seconds_count": 0.0}
+        self.batch, self.slower = 16, 1.0
+
+    def step_ms(self):
+        return (8.0 + 0.25 * self.batch) * self.slower
+
+    def advance(self, seconds):
+        steps = seconds * 1000.0 / self.step_ms()
+        for name, value in (("vllm:iteration_tokens_total_count", steps),
+                            ("vllm:iteration_tokens_total_sum", steps * self.batch),
+                            ("vllm:generation_tokens_total", steps * self.batch),
+                            ("vllm:inter_token_latency_seconds_sum", steps * self.batch * self.step_ms() / 1000),
+                            ("vllm:inter_token_latency_seconds_count", steps * self.batch)):
+            self.total[name] += value
+
+    def text(self):
+        return "".join(f"{name} {value}\n" for name, value in self.total.items()) + (
+            f"vllm:num_requests_running {self.batch}\nvllm:kv_cache_usage_perc {0.01 * self.batch}\n")
+
+
+def exported(path):
+    """The exposition's samples, name -> value (one unit), and every name's TYPE line."""
+    samples, types = {}, {}
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            types[name] = kind
+        elif line and not line.startswith("#"):
+            name, value = line.split("{", 1)[0], float(line.rsplit(" ", 1)[1])
+            samples[name] = value
+    assert set(samples) == set(types)
+    return samples
+
+
+def serve(watch, host, server, monkeypatch, batches, start, slower=1.0):
+    """One poll a minute at each batch in turn; the time after the last."""
+    t = start
+    for batch in batches:
+        server.batch, server.slower = batch, slower
+        server.advance(60.0)
+        host.metrics = server.text()
+        assert polls(watch, monkeypatch, [t]) == [None]
+        t += 60
+    return t
+
+
+def test_the_watch_learns_a_baseline_then_tells_a_slowdown_from_a_load_change(monkeypatch, tmp_path):
+    host, server = Host(monkeypatch, tmp_path), Server()
+    host.cfg.update(baseline_intervals=10, stall_s=600)
+    watch = w.Watch(host.cfg)
+    host.metrics = server.text()
+    t = serve(watch, host, server, monkeypatch, [], 1000)
+    assert polls(watch, monkeypatch, [t]) == [None]
+    # a known-good ten minutes, the batch from 4 to 28: the baseline is learned and kept
+    t = serve(watch, host, server, monkeypatch, [4, 8, 12, 16, 20, 24, 28, 24, 20, 12], t + 60)
+    kept = json.loads((host.dir / "baseline.json").read_text())["baseline"]
+    assert kept["intervals"] == 10
+    assert kept["a"] == pytest.approx(8.0) and kept["b"] == pytest.approx(0.25) and kept["band"] == 0.10
+    figures = exported(tmp_path / "vllm_ops_watch.prom")
+    assert figures["vllm_ops_watch_baseline_intervals"] == 10 and "vllm_ops_watch_step_residual" not in figures
+
+    # twice the load at the same speed: the step time rose 33%, the residual did not
+    t = serve(watch, host, server, monkeypatch, [32, 32], t)
+    figures = exported(tmp_path / "vllm_ops_watch.prom")
+    assert figures["vllm_ops_watch_step_seconds"] == pytest.approx((8 + 0.25 * 32) / 1000)
+    assert figures["vllm_ops_watch_decode_batch"] == pytest.approx(32)
+    assert figures["vllm_ops_watch_step_residual"] == pytest.approx(0.0, abs=1e-6)
+    assert figures["vllm_ops_watch_step_band"] == 0.10
+
+    # the same load, every step 30% longer: the residual says so, and the status line too
+    said = []
+    monkeypatch.setattr(w, "notify", said.append)
+    serve(watch, host, server, monkeypatch, [16, 16], t, slower=1.3)
+    figures = exported(tmp_path / "vllm_ops_watch.prom")
+    assert figures["vllm_ops_watch_step_residual"] == pytest.approx(0.3)
+    assert figures["vllm_ops_watch_step_expected_seconds"] == pytest.approx((8 + 0.25 * 16) / 1000)
+    assert figures["vllm_ops_watch_stalls_total"] == 0 and figures["vllm_ops_watch_gave_up"] == 0
+    assert said[-1].endswith("16 request(s) in flight, advancing; step 15.6 ms at batch 16.0, +30% against the "
+                             "baseline (band 10%); stall after 600 s; 0 restart(s) in the window")
+
+    # a new watch (the host rebooted) keeps the baseline learned before
+    again = w.Watch(host.cfg)
+    assert again.slowdown.baseline == kept
+
+
+def test_every_figure_the_watch_exports_is_declared_and_typed(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path, busy=0)
+    watch = w.Watch(host.cfg)
+    polls(watch, monkeypatch, [1000])
+    figures = exported(tmp_path / "vllm_ops_watch.prom")
+    assert set(figures) <= set(w.EXPORTED)
+    assert figures["vllm_ops_watch_updated_timestamp_seconds"] == 1000
+    text = (tmp_path / "vllm_ops_watch.prom").read_text()
+    assert 'vllm_ops_watch_stalls_total{unit="vllm.service"} 0' in text
+    assert oct(os.stat(tmp_path / "vllm_ops_watch.prom").st_mode & 0o777) == "0o644"  # node_exporter reads it
+
+
+def test_a_metrics_file_that_cannot_be_written_is_said_once_and_the_watch_goes_on(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path, busy=0)
+    host.cfg["metrics_file"] = str(tmp_path / "missing" / "vllm_ops_watch.prom")
+    said = []
+    monkeypatch.setattr(w, "say", lambda text, level="info": said.append((level, text)))
+    watch = w.Watch(host.cfg)
+    assert polls(watch, monkeypatch, [1000, 1005, 1010]) == [None] * 3
+    warnings = [text for level, text in said if level == "warning"]
+    assert len(warnings) == 1 and "the figures for Prometheus cannot be written" in warnings[0]

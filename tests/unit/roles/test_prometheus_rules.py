@@ -1,0 +1,37 @@
+"""The alert rules (prometheus/vllm-ops.rules.yml) name only metrics the watch really writes: a rule over a
+name nobody exports matches nothing and never fires, silently (one of vLLM's own shipped rules names a
+counter without its _total suffix). promtool checks and tests the rules themselves (make lint)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+from vllm_ops_host import loads, step_model
+
+sys.modules.setdefault("vllm_ops_loads", loads)
+sys.modules.setdefault("vllm_ops_step_model", step_model)
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "roles" / "vllm" / "files"))
+
+import vllm_ops_watch as w  # noqa: E402
+
+RULES = REPO / "prometheus" / "vllm-ops.rules.yml"
+METRIC = re.compile(r"\bvllm[_:][A-Za-z0-9_:]*")
+
+
+def test_every_metric_a_rule_uses_is_one_the_watch_exports():
+    rules = [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+    used = {name for rule in rules for name in METRIC.findall(rule["expr"])}
+    assert used and used <= set(w.EXPORTED), used - set(w.EXPORTED)
+    assert {rule["alert"] for rule in rules} == {"VllmSlowdown", "VllmEngineStalled", "VllmWatchGaveUp",
+                                                 "VllmWatchSilent"}
+
+
+def test_the_watch_declares_counters_by_their_wire_names():
+    for name, (kind, _) in w.EXPORTED.items():
+        assert name.startswith("vllm_ops_watch_")
+        assert name.endswith("_total") == (kind == "counter"), name
