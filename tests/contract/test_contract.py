@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from vllm_ops_host import loads
+from vllm_ops_host import loads, step_model
 
 from contract_support import (
     FENCE_DIR,
@@ -38,6 +38,7 @@ from contract_support import (
 # rule's tests; here it reads the processes of a real server).
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "vllm"
 sys.modules.setdefault("vllm_ops_loads", loads)  # plugins/module_utils/loads.py, installed by that name
+sys.modules.setdefault("vllm_ops_step_model", step_model)  # likewise step_model.py
 sys.path[:0] = [str(ROLE / "files")]
 import vllm_ops_watch  # noqa: E402
 
@@ -165,6 +166,7 @@ def assert_a_stopped_engine_holds_requests_while_health_answers(srv, engine, sen
     """
     steps = "vllm:iteration_tokens_total_count"
     before = metric(srv, steps)
+    scraped, started = vllm_ops_watch.parse_metrics(srv.get("/metrics").text), time.monotonic()
     codes, done = [], threading.Event()
 
     def send():
@@ -197,6 +199,20 @@ def assert_a_stopped_engine_holds_requests_while_health_answers(srv, engine, sen
     assert set(codes) == {200} and len(codes) >= answered + held
     wait_for(lambda: in_flight() == 0, timeout=WAIT_S, what=f"{srv.name}'s gauges back to idle")
     assert metric(srv, steps) > frozen
+    assert_the_step_model_reads_the_servers_metrics(srv, scraped, started, senders)
+
+
+def assert_the_step_model_reads_the_servers_metrics(srv, before, started, senders):
+    """The watch's step model (plugins/module_utils/step_model.py) over this server's own /metrics across
+    the busy stretch: every metric it needs is exported under the name it reads, and the interval's
+    figures hold together (a step generates at least one and at most ``senders`` tokens, and schedules at
+    least the tokens it generates)."""
+    after = vllm_ops_watch.parse_metrics(srv.get("/metrics").text)
+    assert step_model.missing(after) == [], step_model.missing(after)
+    measured = step_model.interval(before, after, time.monotonic() - started)
+    assert measured is not None and measured["step_source"] == "vllm:inter_token_latency_seconds", measured
+    assert 1.0 <= measured["batch"] <= senders and measured["tokens_per_step"] >= measured["batch"], measured
+    assert measured["step_ms"] > 0 and 0.0 <= measured["kv"] <= 1.0, measured
 
 
 # ---------------------------------------------------------------- without the profiler
