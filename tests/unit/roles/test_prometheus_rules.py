@@ -4,6 +4,7 @@ counter without its _total suffix). promtool checks and tests the rules themselv
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -35,3 +36,27 @@ def test_the_watch_declares_counters_by_their_wire_names():
     for name, (kind, _) in w.EXPORTED.items():
         assert name.startswith("vllm_ops_watch_")
         assert name.endswith("_total") == (kind == "counter"), name
+
+
+DASHBOARD = REPO / "prometheus" / "vllm-ops-dashboard.json"
+
+
+def test_the_dashboard_is_importable_and_names_only_exported_metrics():
+    """Grafana is not in Debian: the dashboard ships as JSON, its structure checked here. An import asks
+    for the Prometheus data source (__inputs); each panel has a place and queries; each query names only
+    metrics the watch writes."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert [i["name"] for i in dashboard["__inputs"]] == ["DS_PROMETHEUS"] and dashboard["uid"]
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    panel_exprs = [t["expr"] for p in panels for t in p["targets"]]
+    other_exprs = [a["expr"] for a in dashboard["annotations"]["list"]]
+    other_exprs += [v["query"] for v in dashboard["templating"]["list"]]
+    for panel in panels:
+        assert set(panel["gridPos"]) == {"h", "w", "x", "y"} and panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24
+        assert panel["targets"] and all(t["datasource"]["uid"] == "${DS_PROMETHEUS}" for t in panel["targets"])
+    on_panels = {name for expr in panel_exprs for name in METRIC.findall(expr)}
+    used = on_panels | {name for expr in other_exprs for name in METRIC.findall(expr)}
+    assert used <= set(w.EXPORTED), used - set(w.EXPORTED)
+    # every figure has a panel but the last incident's time, which marks the graphs (the annotation)
+    assert on_panels == set(w.EXPORTED) - {"vllm_ops_watch_last_incident_timestamp_seconds"}
