@@ -36,7 +36,8 @@ KV = "vllm:kv_cache_usage_perc"
 # The step time's sources, best first: (sum, count) of a histogram of the time between two tokens.
 LATENCIES = (("vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count"),
              ("vllm:time_per_output_token_seconds_sum", "vllm:time_per_output_token_seconds_count"))
-REQUIRED = (STEPS, GENERATED)
+# What nothing can be judged without, and why.
+REQUIRED = ((STEPS, "engine steps"), (GENERATED, "the decode batch"))
 # An interval with fewer engine steps says too little to be judged or fitted on.
 MIN_STEPS = 20
 MIN_FIT_INTERVALS = 10
@@ -51,7 +52,7 @@ class ModelError(Exception):
 
 def missing(samples):
     """The metrics the model needs that an exposition lacks (parsed: name -> value), each with what is lost."""
-    said = ["%s (engine steps: nothing can be judged)" % name for name in REQUIRED if name not in samples]
+    said = ["%s (%s: nothing can be judged)" % (name, what) for name, what in REQUIRED if name not in samples]
     if not any(total in samples and count in samples for total, count in LATENCIES):
         said.append("%s or %s (the step time falls back to the interval over its steps, judged only while "
                     "requests run through a whole interval)" % (LATENCIES[0][0][:-4], LATENCIES[1][0][:-4]))

@@ -457,6 +457,7 @@ class Slowdown:
         self.learning = []
         self.start = None  # (monotonic time, invocation, samples) at the interval's start
         self.latest = None
+        self.missing = None  # what the server's /metrics lacks of what the model reads, said once a start
 
     @property
     def baseline(self):
@@ -467,6 +468,12 @@ class Slowdown:
         or None."""
         if samples is None or self.start is None or self.start[1] != invocation:
             self.start = None if samples is None else (now, invocation, samples)
+            if samples is not None:
+                lacking = step_model.missing(samples)
+                if lacking and lacking != self.missing:
+                    say("the server's /metrics lacks what the step time is read from: " + "; ".join(lacking),
+                        "warning")
+                self.missing = lacking
             return None
         seconds = now - self.start[0]
         if seconds < self.cfg["slowdown_interval_s"]:
@@ -636,6 +643,9 @@ class Watch:
         wall = time.time()
         state = {"updated": wall, "said": said, "stalls": self.stalls,
                  "restarts": list(self.budget.times), **self.rule.state(now)}
+        if self.slowdown is not None:
+            state["step"] = {"latest": self.slowdown.latest, "missing": self.slowdown.missing,
+                             "learning": len(self.slowdown.learning), "baseline": self.slowdown.baseline}
         _write(self.state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
         failed = export(self.cfg["metrics_file"], exposition(self.cfg["unit"], self.figures(wall)))
         if failed != self.export_failed and failed:  # said once, not at every poll

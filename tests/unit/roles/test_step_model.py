@@ -154,4 +154,5 @@ def test_without_a_latency_histogram_the_pace_stands_in_and_the_gap_is_named():
     assert first is None  # no request ran at the first scrape: the pace is no step time
     assert second["step_source"] == "interval over steps"
     assert second["step_ms"] == pytest.approx(A_MS + B_MS * 16)
-    assert sm.missing({})[0] == "vllm:iteration_tokens_total_count (engine steps: nothing can be judged)"
+    assert sm.missing({})[:2] == ["vllm:iteration_tokens_total_count (engine steps: nothing can be judged)",
+                                  "vllm:generation_tokens_total (the decode batch: nothing can be judged)"]

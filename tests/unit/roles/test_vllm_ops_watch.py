@@ -576,5 +576,33 @@ def test_a_metrics_file_that_cannot_be_written_is_said_once_and_the_watch_goes_o
     monkeypatch.setattr(w, "say", lambda text, level="info": said.append((level, text)))
     watch = w.Watch(host.cfg)
     assert polls(watch, monkeypatch, [1000, 1005, 1010]) == [None] * 3
-    warnings = [text for level, text in said if level == "warning"]
+    warnings = [text for level, text in said if level == "warning" and "figures for Prometheus" in text]
     assert len(warnings) == 1 and "the figures for Prometheus cannot be written" in warnings[0]
+
+
+def test_a_server_without_the_latency_histograms_is_named_once_and_still_judged_by_its_pace(monkeypatch, tmp_path):
+    host, server = Host(monkeypatch, tmp_path), Server()
+    host.cfg.update(baseline_intervals=10, stall_s=600)
+    said = []
+    monkeypatch.setattr(w, "say", lambda text, level="info": said.append((level, text)))
+    watch = w.Watch(host.cfg)
+
+    def without_latency():
+        return "".join(line + "\n" for line in server.text().splitlines() if "inter_token_latency" not in line)
+
+    t = 1000
+    for batch in [16, 4, 8, 12, 16, 20, 24, 28, 24, 20, 12, 16]:
+        server.batch = batch
+        server.advance(60.0)
+        host.metrics = without_latency()
+        assert polls(watch, monkeypatch, [t]) == [None]
+        t += 60
+    warnings = [text for level, text in said if level == "warning"]
+    assert warnings == ["the server's /metrics lacks what the step time is read from: "
+                        "vllm:inter_token_latency_seconds or vllm:time_per_output_token_seconds (the step time "
+                        "falls back to the interval over its steps, judged only while requests run through a "
+                        "whole interval)"]
+    state = json.loads((host.dir / "watch-state.json").read_text())["step"]
+    assert state["latest"]["step_source"] == "interval over steps"
+    assert state["latest"]["step_ms"] == pytest.approx(8 + 0.25 * 16)
+    assert state["baseline"]["intervals"] == 10 and state["missing"] == [warnings[0].split(": ", 1)[1]]
