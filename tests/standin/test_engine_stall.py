@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 
+import pytest
 import requests
 
 from standin_support import alive, wait_for
@@ -82,3 +83,26 @@ def test_engine_hangs_stops_the_steps_for_good_with_the_engine_alive(server, san
     server.proc.send_signal(signal.SIGTERM)  # the hung engine still stops on SIGTERM
     assert server.wait_exit() == 0
     wait_for(lambda: not alive(engine), what="the engine gone")
+
+
+def test_steps_slower_slows_the_steps_of_the_requests_that_start_while_it_is_set(server, sandbox):
+    """The runtime knob the watch's slowdown is tested with: the same server, 1.5 times as long a step."""
+    server.start(tp=2, env={"VLLM_STANDIN_TPOT_MS": "10"})
+    server.wait_ready()
+    itl = ("vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count")
+
+    def mean_step_ms(requests):
+        before = [sample(server, name) for name in itl]
+        threads, codes = start_requests(server, requests, 21)
+        for t in threads:
+            t.join(timeout=60)
+        assert codes == [200] * requests
+        spent, steps = (sample(server, name) - was for name, was in zip(itl, before, strict=True))
+        assert steps == 20 * requests
+        return spent / steps * 1000
+
+    assert mean_step_ms(2) == pytest.approx(10.0)
+    sandbox.set_fault("steps-slower", "1.5")
+    assert mean_step_ms(2) == pytest.approx(15.0)
+    sandbox.set_fault("steps-slower", "not a number")
+    assert mean_step_ms(1) == pytest.approx(10.0)

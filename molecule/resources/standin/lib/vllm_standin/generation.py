@@ -12,7 +12,7 @@ import time
 import uuid
 
 from vllm_standin import FINGERPRINT
-from vllm_standin.knobs import env_float
+from vllm_standin.knobs import env_float, fault
 from vllm_standin.nccl import step_allreduce_ms
 from vllm_standin.vocab import FAKE_WORDS
 
@@ -45,6 +45,17 @@ class Seqs:
             self.sem.release()
 
 
+def slower():
+    """The fault switch ``steps-slower``: the factor (its content, a number above 0) on every decode step
+    of a request that starts while it is set; 1 without it (or with a content that is no such number)."""
+    text = fault("steps-slower")
+    try:
+        value = float(text) if text else 1.0
+    except ValueError:
+        return 1.0
+    return value if value > 0 else 1.0
+
+
 class Generation:
     """One completion request, with simulated time to first token and per decode step.
 
@@ -60,7 +71,7 @@ class Generation:
         self.ttft = env_float("VLLM_STANDIN_TTFT_MS", 20.0) / 1000
         self.k, self.accepted, factor = app["spec"]
         # the step's compute, then its all-reduce as the server's NCCL settings scale it (nccl.py)
-        self.step_s = (env_float("VLLM_STANDIN_TPOT_MS", 5.0) + step_allreduce_ms()) / 1000 * factor
+        self.step_s = (env_float("VLLM_STANDIN_TPOT_MS", 5.0) + step_allreduce_ms()) / 1000 * factor * slower()
         self.steps = max(0, math.ceil((self.n - 1) / (1 + self.accepted)))
         self.tpot = self.step_s * self.steps / (self.n - 1) if self.k and self.n > 1 \
             else self.step_s
