@@ -58,6 +58,10 @@ try:  # installed beside the watch by the role: the step time at its load (the c
     import vllm_ops_step_model as step_model
 except ImportError:  # without it the watch finds stalls and exports no step time
     step_model = None
+try:  # installed beside the watch by the role: nvidia-smi's link fields (the collection's vllm_fabric_lib.py)
+    import vllm_ops_fabric_lib as fabric_lib
+except ImportError:  # without it the watch reads no PCIe link
+    fabric_lib = None
 
 STEPS = "vllm:iteration_tokens_total_count"
 TOKENS = "vllm:generation_tokens_total"
@@ -84,7 +88,11 @@ DEFAULTS = {
     "model_path": "",
     "slowdown_interval_s": 60.0, "baseline_intervals": 30, "min_band": 0.10,
     "metrics_file": "/var/lib/vllm-ops/metrics/vllm_ops_watch.prom",
+    "pcie_interval_s": 300.0, "nvidia_smi": "nvidia-smi",
 }
+# What the link reading asks nvidia-smi (fields every driver has; the widths only: the generation drops
+# while a GPU idles and needs the utilization beside it, which the campaign's reading judges).
+LINK_FIELDS = ("index", "pci.bus_id", "pcie.link.width.current", "pcie.link.width.max")
 # The figures the watch exports for Prometheus (node_exporter's textfile collector reads metrics_file):
 # name -> (type, help). The project's alert rules use these names and no other (a test checks both ways).
 EXPORTED = {
@@ -99,6 +107,8 @@ EXPORTED = {
     "vllm_ops_watch_step_residual": ("gauge", "Step time over the baseline's at the same load, less one."),
     "vllm_ops_watch_step_band": ("gauge", "The baseline's noise band: a residual above it is a slowdown."),
     "vllm_ops_watch_decode_batch": ("gauge", "Tokens generated per engine step over the last judged interval."),
+    "vllm_ops_watch_pcie_link_width": ("gauge", "A GPU's PCIe link width in lanes, read while requests ran."),
+    "vllm_ops_watch_pcie_link_width_max": ("gauge", "The widest PCIe link the GPU and its slot support, lanes."),
 }
 
 
@@ -508,15 +518,57 @@ class Slowdown:
             f"{baseline['b']:.3f} ms a token of batch, band {baseline['band']:.0%}")
 
 
+class Links:
+    """The GPUs' PCIe link widths, read every ``pcie_interval_s`` while requests run (a width may drop
+    while a GPU idles, so an idle reading is no evidence). A link that trained narrower than it can
+    divides the all-reduce bandwidth of every rank, and nothing else says so between jobs."""
+
+    def __init__(self, cfg, runner=subprocess.run):
+        self.cfg, self.runner = cfg, runner
+        self.last = None
+        self.readings = []
+        self.error = None
+
+    def observe(self, now, busy):
+        if fabric_lib is None or not busy or not self.cfg["nvidia_smi"]:
+            return
+        if self.last is not None and now - self.last < self.cfg["pcie_interval_s"]:
+            return
+        self.last = now
+        args = ["--query-gpu=" + ",".join(LINK_FIELDS), fabric_lib.FORMAT]
+        try:
+            text = fabric_lib.run_smi(self.cfg["nvidia_smi"], args, self.runner, 20)
+            self.readings = fabric_lib.parse_rows(text, LINK_FIELDS, fabric_lib.FIELD_KEYS)
+            self.error = None
+        except fabric_lib.FabricError as exc:
+            if str(exc) != self.error:
+                say(f"the GPUs' PCIe links are not read: {exc}", "warning")
+            self.readings, self.error = [], str(exc)
+
+    def figures(self):
+        """``{name: [(labels, value)]}`` of the last reading; the names absent without one."""
+        out = {}
+        for name, key in (("vllm_ops_watch_pcie_link_width", "width_current"),
+                          ("vllm_ops_watch_pcie_link_width_max", "width_max")):
+            samples = [({"gpu": str(r["index"]), "bus_id": r.get("bus_id") or ""}, r[key])
+                       for r in self.readings if r.get(key) is not None]
+            if samples:
+                out[name] = samples
+        return out
+
+
 def exposition(unit, figures):
-    """The Prometheus text exposition of ``figures`` (name -> value; a name of :data:`EXPORTED`, a None
-    value left out), each with its HELP and TYPE, labelled with the unit."""
+    """The Prometheus text exposition of ``figures`` (name -> value, or a list of ``(labels, value)``; a name
+    of :data:`EXPORTED`, a None value left out), each with its HELP and TYPE, labelled with the unit."""
     lines = []
     for name, value in figures.items():
         if value is None:
             continue
         kind, text = EXPORTED[name]
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f'{name}{{unit="{unit}"}} {float(value):.9g}']
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        for labels, number in value if isinstance(value, list) else [({}, value)]:
+            pairs = ",".join(f'{key}="{val}"' for key, val in [("unit", unit), *sorted(labels.items())])
+            lines.append(f"{name}{{{pairs}}} {float(number):.9g}")
     return "\n".join(lines) + "\n"
 
 
@@ -635,6 +687,7 @@ class Watch:
         self.recorded = None  # the InvocationID whose ongoing stall was recorded without action
         self.stalls = 0
         self.slowdown = Slowdown(cfg) if step_model is not None else None
+        self.links = Links(cfg)
         self.last_incident = None
         self.gave_up = False
         self.export_failed = None
@@ -670,6 +723,7 @@ class Watch:
             "vllm_ops_watch_step_residual": latest.get("residual"),
             "vllm_ops_watch_step_band": latest.get("band"),
             "vllm_ops_watch_decode_batch": latest.get("batch"),
+            **self.links.figures(),
         }
 
     def step_words(self):
@@ -696,6 +750,7 @@ class Watch:
         stalled = self.rule.observe(now, props.get("InvocationID"), value)
         if self.slowdown is not None:
             self.slowdown.observe(now, wall, props.get("InvocationID"), samples)
+        self.links.observe(now, value is not None and value["busy"] > 0)
         if not stalled:
             self.recorded = None
             last = self.rule.last

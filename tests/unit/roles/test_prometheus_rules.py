@@ -29,7 +29,7 @@ def test_every_metric_a_rule_uses_is_one_the_watch_exports():
     used = {name for rule in rules for name in METRIC.findall(rule["expr"])}
     assert used and used <= set(w.EXPORTED), used - set(w.EXPORTED)
     assert {rule["alert"] for rule in rules} == {"VllmSlowdown", "VllmEngineStalled", "VllmWatchGaveUp",
-                                                 "VllmWatchSilent"}
+                                                 "VllmPcieLinkDegraded", "VllmWatchSilent"}
 
 
 def test_the_watch_declares_counters_by_their_wire_names():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from vllm_ops.records import IncidentRecord
-from vllm_ops_host import loads, step_model
+from vllm_ops_host import loads, step_model, vllm_fabric_lib
 
 # as the role installs them: the watch, and beside it the load's reader and the step model
 # (plugins/module_utils/loads.py and step_model.py, installed as vllm_ops_loads.py, vllm_ops_step_model.py)
 sys.modules.setdefault("vllm_ops_loads", loads)
 sys.modules.setdefault("vllm_ops_step_model", step_model)
+sys.modules.setdefault("vllm_ops_fabric_lib", vllm_fabric_lib)
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "roles" / "vllm" / "files"))
 
 import vllm_ops_watch as w  # noqa: E402
@@ -244,7 +246,8 @@ class Host:
 
         monkeypatch.setattr(w, "wait_restarted", restarted)
         self.cfg = {**w.DEFAULTS, "stall_s": 20, "max_restarts": 1, "incidents_dir": str(tmp_path / "incidents"),
-                    "lock_file": str(tmp_path / "job.lock"), "metrics_file": str(tmp_path / "vllm_ops_watch.prom")}
+                    "lock_file": str(tmp_path / "job.lock"), "metrics_file": str(tmp_path / "vllm_ops_watch.prom"),
+                    "nvidia_smi": ""}
         (tmp_path / "incidents").mkdir()
         self.dir = tmp_path / "incidents"
 
@@ -606,3 +609,48 @@ def test_a_server_without_the_latency_histograms_is_named_once_and_still_judged_
     assert state["latest"]["step_source"] == "interval over steps"
     assert state["latest"]["step_ms"] == pytest.approx(8 + 0.25 * 16)
     assert state["baseline"]["intervals"] == 10 and state["missing"] == [warnings[0].split(": ", 1)[1]]
+
+
+class Smi:
+    """nvidia-smi for the link reading: each call answers the next of ``answers`` (text, or None: the tool
+    fails), the calls kept."""
+
+    def __init__(self, *answers):
+        self.answers, self.calls = list(answers), []
+
+    def __call__(self, argv, **kwargs):
+        self.calls.append(argv)
+        text = self.answers.pop(0)
+        return subprocess.CompletedProcess(argv, 0 if text is not None else 9, text or "",
+                                           "" if text is not None else "NVIDIA-SMI has failed")
+
+
+def test_the_pcie_links_are_read_under_load_every_interval_and_exported_per_gpu(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path, busy=2)
+    host.cfg.update(nvidia_smi="nvidia-smi", pcie_interval_s=300)
+    watch = w.Watch(host.cfg)
+    watch.links.runner = smi = Smi("0, 00000000:18:00.0, 16, 16\n1, 00000000:2A:00.0, 4, 16\n", None)
+    said = []
+    monkeypatch.setattr(w, "say", lambda text, level="info": said.append((level, text)))
+    polls(watch, monkeypatch, [1000, 1005, 1299])  # one reading in the interval
+    assert smi.calls == [["nvidia-smi", "--query-gpu=index,pci.bus_id,pcie.link.width.current,"
+                          "pcie.link.width.max", "--format=csv,noheader,nounits"]]
+    text = (tmp_path / "vllm_ops_watch.prom").read_text()
+    assert 'vllm_ops_watch_pcie_link_width{unit="vllm.service",bus_id="00000000:2A:00.0",gpu="1"} 4' in text
+    assert 'vllm_ops_watch_pcie_link_width_max{unit="vllm.service",bus_id="00000000:2A:00.0",gpu="1"} 16' in text
+    assert 'vllm_ops_watch_pcie_link_width{unit="vllm.service",bus_id="00000000:18:00.0",gpu="0"} 16' in text
+    polls(watch, monkeypatch, [1300])  # the next reading fails: said, and no stale widths exported
+    assert len(smi.calls) == 2
+    assert "vllm_ops_watch_pcie_link_width" not in (tmp_path / "vllm_ops_watch.prom").read_text()
+    links = [text for level, text in said if level == "warning" and "PCIe" in text]
+    assert links == ["the GPUs' PCIe links are not read: nvidia-smi --query-gpu=index,pci.bus_id,"
+                     "pcie.link.width.current,pcie.link.width.max failed (exit 9): NVIDIA-SMI has failed"]
+
+
+def test_an_idle_service_s_links_are_not_read(monkeypatch, tmp_path):
+    host = Host(monkeypatch, tmp_path, busy=0)
+    host.cfg.update(nvidia_smi="nvidia-smi")
+    watch = w.Watch(host.cfg)
+    watch.links.runner = smi = Smi()
+    polls(watch, monkeypatch, [1000, 2000])
+    assert smi.calls == []
