@@ -498,8 +498,12 @@ class Slowdown:
                 self.fit()
             self.latest = measured
             return measured
+        try:
+            residual = step_model.residual(self.baseline, measured)
+        except step_model.ModelError as exc:  # a load far outside the window's: judged against nothing
+            self.latest = dict(measured, unjudged=str(exc))
+            return self.latest
         expected = step_model.predict(self.baseline, measured["batch"], measured["kv"])
-        residual = step_model.residual(self.baseline, measured)
         self.latest = dict(measured, expected_ms=expected, residual=residual, band=self.baseline["band"])
         return self.latest
 
@@ -731,6 +735,8 @@ class Watch:
         latest = self.slowdown.latest if self.slowdown is not None else None
         if not latest:
             return ""
+        if "unjudged" in latest:
+            return f"; step {latest['step_ms']:.1f} ms at batch {latest['batch']:.1f}, not judged: {latest['unjudged']}"
         if "residual" not in latest:
             learned = len(self.slowdown.learning)
             return (f"; step {latest['step_ms']:.1f} ms at batch {latest['batch']:.1f} (learning the baseline: "

@@ -654,3 +654,19 @@ def test_an_idle_service_s_links_are_not_read(monkeypatch, tmp_path):
     watch.links.runner = smi = Smi()
     polls(watch, monkeypatch, [1000, 2000])
     assert smi.calls == []
+
+
+def test_a_load_the_baseline_predicts_no_time_for_is_shown_not_judged(monkeypatch, tmp_path):
+    host, server = Host(monkeypatch, tmp_path), Server()
+    host.cfg.update(stall_s=600)
+    # a baseline whose line runs below zero at small batches (fitted on large ones only)
+    baseline = {"a": -20.0, "b": 1.0, "c": 0.0, "band": 0.1, "intervals": 30, "batch": [40, 60], "kv": None,
+                "window": None}
+    (host.dir / "baseline.json").write_text(json.dumps({"baseline": baseline}))
+    said = []
+    monkeypatch.setattr(w, "notify", said.append)
+    watch = w.Watch(host.cfg)
+    serve(watch, host, server, monkeypatch, [4, 4], 1000)
+    figures = exported(tmp_path / "vllm_ops_watch.prom")
+    assert "vllm_ops_watch_step_residual" not in figures and figures["vllm_ops_watch_step_seconds"] > 0
+    assert "not judged: the baseline predicts -16 ms at batch 4: refit it on a window with this load" in said[-1]
