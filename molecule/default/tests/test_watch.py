@@ -159,6 +159,15 @@ def test_an_engine_stopped_under_load_is_restarted_with_every_processs_evidence(
     assert "Application startup complete." in journal and "GET /metrics" not in journal
     journal = host.check_output(f"journalctl -u {WATCH} --no-pager")
     assert f"restarting {server}: SIGKILL to its 3 other process(es), then to its main process {old_pid}" in journal
+    # under load the watch read the GPUs' PCIe links (the nvidia-smi stand-in: two GPUs at x16 of x16) and
+    # its figures for Prometheus count the stall
+    figures = host.file("/var/lib/vllm-ops/metrics/vllm_ops_watch.prom").content_string
+    for gpu, bus in ((0, "00000000:18:00.0"), (1, "00000000:2A:00.0")):
+        labels = f'unit="{server}",bus_id="{bus}",gpu="{gpu}"'
+        assert f"vllm_ops_watch_pcie_link_width{{{labels}}} 16" in figures, figures
+        assert f"vllm_ops_watch_pcie_link_width_max{{{labels}}} 16" in figures
+    assert f'vllm_ops_watch_stalls_total{{unit="{server}"}} 1' in figures
+    assert f'vllm_ops_watch_last_incident_timestamp_seconds{{unit="{server}"}}' in figures
 
 
 def test_past_the_restart_limit_the_watch_restarts_nothing_and_says_why(host):
