@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from vllm_ops_host import loads, step_model
+from vllm_ops_host import loads, step_model, vllm_fabric_lib
 
 from contract_support import (
     FENCE_DIR,
@@ -39,6 +39,7 @@ from contract_support import (
 ROLE = Path(__file__).resolve().parents[2] / "roles" / "vllm"
 sys.modules.setdefault("vllm_ops_loads", loads)  # plugins/module_utils/loads.py, installed by that name
 sys.modules.setdefault("vllm_ops_step_model", step_model)  # likewise step_model.py
+sys.modules.setdefault("vllm_ops_fabric_lib", vllm_fabric_lib)  # and vllm_fabric_lib.py
 sys.path[:0] = [str(ROLE / "files")]
 import vllm_ops_watch  # noqa: E402
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import yaml
 
-from vllm_ops_host import loads, step_model
+from vllm_ops_host import loads, step_model, vllm_fabric_lib
 
 sys.modules.setdefault("vllm_ops_loads", loads)
 sys.modules.setdefault("vllm_ops_step_model", step_model)
+sys.modules.setdefault("vllm_ops_fabric_lib", vllm_fabric_lib)
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "roles" / "vllm" / "files"))
 

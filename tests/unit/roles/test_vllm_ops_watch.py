@@ -626,6 +626,7 @@ class Smi:
 
 
 def test_the_pcie_links_are_read_under_load_every_interval_and_exported_per_gpu(monkeypatch, tmp_path):
+    monkeypatch.setattr(w, "fabric_lib", vllm_fabric_lib)  # as installed beside it, whichever test imported it first
     host = Host(monkeypatch, tmp_path, busy=2)
     host.cfg.update(nvidia_smi="nvidia-smi", pcie_interval_s=300)
     watch = w.Watch(host.cfg)
@@ -648,6 +649,7 @@ def test_the_pcie_links_are_read_under_load_every_interval_and_exported_per_gpu(
 
 
 def test_an_idle_service_s_links_are_not_read(monkeypatch, tmp_path):
+    monkeypatch.setattr(w, "fabric_lib", vllm_fabric_lib)
     host = Host(monkeypatch, tmp_path, busy=0)
     host.cfg.update(nvidia_smi="nvidia-smi")
     watch = w.Watch(host.cfg)
