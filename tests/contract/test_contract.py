@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from vllm_ops_host import loads, step_model, vllm_fabric_lib
+from vllm_ops_host import loads, step_model
 
 from contract_support import (
     FENCE_DIR,
@@ -34,14 +34,10 @@ from contract_support import (
     wait_for,
 )
 
-# The watch as the role installs it: its file, and beside it the load's reader (tests/unit/roles has its
-# rule's tests; here it reads the processes of a real server).
-ROLE = Path(__file__).resolve().parents[2] / "roles" / "vllm"
-sys.modules.setdefault("vllm_ops_loads", loads)  # plugins/module_utils/loads.py, installed by that name
-sys.modules.setdefault("vllm_ops_step_model", step_model)  # likewise step_model.py
-sys.modules.setdefault("vllm_ops_fabric_lib", vllm_fabric_lib)  # and vllm_fabric_lib.py
-sys.path[:0] = [str(ROLE / "files")]
-import vllm_ops_watch  # noqa: E402
+# The watch as the role installs it, its module_utils beside it (tests/unit/roles/watch_installed.py; that
+# folder has its rule's tests; here it reads the processes of a real server).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "unit" / "roles"))
+from watch_installed import watch as vllm_ops_watch
 
 PY_SPY = Path(sys.executable).with_name("py-spy")  # the pinned one (requirements.lock), as the role's
 VERSION = "0.32.0"

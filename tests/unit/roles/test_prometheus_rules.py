@@ -6,20 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import yaml
 
-from vllm_ops_host import loads, step_model, vllm_fabric_lib
+from watch_installed import watch as w
 
-sys.modules.setdefault("vllm_ops_loads", loads)
-sys.modules.setdefault("vllm_ops_step_model", step_model)
-sys.modules.setdefault("vllm_ops_fabric_lib", vllm_fabric_lib)
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "roles" / "vllm" / "files"))
-
-import vllm_ops_watch as w  # noqa: E402
 
 RULES = REPO / "prometheus" / "vllm-ops.rules.yml"
 METRIC = re.compile(r"\bvllm[_:][A-Za-z0-9_:]*")

@@ -15,16 +15,8 @@ from pathlib import Path
 import pytest
 
 from vllm_ops.records import IncidentRecord
-from vllm_ops_host import loads, step_model, vllm_fabric_lib
 
-# as the role installs them: the watch, and beside it the load's reader and the step model
-# (plugins/module_utils/loads.py and step_model.py, installed as vllm_ops_loads.py, vllm_ops_step_model.py)
-sys.modules.setdefault("vllm_ops_loads", loads)
-sys.modules.setdefault("vllm_ops_step_model", step_model)
-sys.modules.setdefault("vllm_ops_fabric_lib", vllm_fabric_lib)
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "roles" / "vllm" / "files"))
-
-import vllm_ops_watch as w  # noqa: E402
+from watch_installed import watch as w  # as the role installs it, its module_utils beside it
 
 EXPOSITION = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -626,7 +618,6 @@ class Smi:
 
 
 def test_the_pcie_links_are_read_under_load_every_interval_and_exported_per_gpu(monkeypatch, tmp_path):
-    monkeypatch.setattr(w, "fabric_lib", vllm_fabric_lib)  # as installed beside it, whichever test imported it first
     host = Host(monkeypatch, tmp_path, busy=2)
     host.cfg.update(nvidia_smi="nvidia-smi", pcie_interval_s=300)
     watch = w.Watch(host.cfg)
@@ -649,7 +640,6 @@ def test_the_pcie_links_are_read_under_load_every_interval_and_exported_per_gpu(
 
 
 def test_an_idle_service_s_links_are_not_read(monkeypatch, tmp_path):
-    monkeypatch.setattr(w, "fabric_lib", vllm_fabric_lib)
     host = Host(monkeypatch, tmp_path, busy=0)
     host.cfg.update(nvidia_smi="nvidia-smi")
     watch = w.Watch(host.cfg)
