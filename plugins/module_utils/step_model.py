@@ -26,7 +26,7 @@ Standard library only, Python 3.9: the watch runs it on the host, beside itself.
 
 from __future__ import annotations
 
-import math
+import statistics
 
 STEPS = "vllm:iteration_tokens_total_count"
 STEP_TOKENS = "vllm:iteration_tokens_total_sum"
@@ -108,14 +108,10 @@ def _solve(matrix, vector):
     return [rows[i][size] / rows[i][i] for i in range(size)]
 
 
-def _spread(values):
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-
-
 def _correlation(xs, ys):
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sx, sy = _spread(xs), _spread(ys)
+    """Pearson's r (statistics.correlation is Python 3.10's; the hosts may run 3.9); 0 for a constant."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sx, sy = statistics.pstdev(xs), statistics.pstdev(ys)
     if sx == 0 or sy == 0:
         return 0.0
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / len(xs) / (sx * sy)
@@ -133,11 +129,11 @@ def fit(intervals, min_band=MIN_BAND, window=None):
     batches = [iv["batch"] for iv in usable]
     # the context counts where it varied apart from the batch (KV usage is batch times context: with one
     # context length it follows the batch and says nothing more)
-    with_kv = (all(k is not None for k in kvs) and _spread(kvs) > 0.01
+    with_kv = (all(k is not None for k in kvs) and statistics.pstdev(kvs) > 0.01
                and abs(_correlation(batches, kvs)) < MAX_CORRELATION)
     columns = [[1.0, iv["batch"], iv["kv"] if with_kv else 0.0] for iv in usable]
     size = 3 if with_kv else 2
-    if _spread(batches) < 1e-9:
+    if statistics.pstdev(batches) < 1e-9:
         # one load only: the step time at that batch is the whole baseline (b = 0)
         coef = [sum(iv["step_ms"] for iv in usable) / len(usable), 0.0, 0.0]
     else:
@@ -151,7 +147,7 @@ def fit(intervals, min_band=MIN_BAND, window=None):
                 "batch": [min(iv["batch"] for iv in usable), max(iv["batch"] for iv in usable)],
                 "kv": [min(kvs), max(kvs)] if with_kv else None, "window": window}
     relative = [residual(baseline, iv) for iv in usable]
-    baseline["band"] = max(min_band, 3.0 * _spread(relative))
+    baseline["band"] = max(min_band, 3.0 * statistics.pstdev(relative))
     return baseline
 
 

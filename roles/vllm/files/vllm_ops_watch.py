@@ -439,11 +439,14 @@ def collect(cfg, props, metrics_text, stall, now=None):
     return path, incident
 
 
-def _write(path, text):
-    """Whole or not at all: a reader (the incidents' fetch, an operator's jq) never sees half a file."""
+def _write(path, text, mode=None):
+    """Whole or not at all: a reader (the incidents' fetch, an operator's jq) never sees half a file. With
+    ``mode``, the file gets it (else the umask's)."""
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
+    if mode is not None:
+        os.chmod(tmp, mode)
     os.replace(tmp, path)
 
 
@@ -581,12 +584,8 @@ def export(path, text):
     Returns why it could not be written, or None."""
     if not path:
         return None
-    tmp = f"{path}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        _write(path, text, 0o644)
     except OSError as exc:
         return f"{path}: {exc.strerror or exc}"
     return None
