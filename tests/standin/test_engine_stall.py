@@ -54,7 +54,7 @@ def test_a_stopped_engine_freezes_progress_while_health_and_metrics_answer(serve
         frozen = sample(server, STEPS)
         time.sleep(1.5)
         assert server.get("/health").status_code == 200
-        assert sample(server, STEPS) == frozen < 900  # 3 requests x 300 steps when done
+        assert sample(server, STEPS) == frozen < 300  # 300 steps of the three when done
         assert sample(server, "vllm:num_requests_running") == 3
         assert codes == [] and all(t.is_alive() for t in threads)
     finally:
@@ -62,7 +62,10 @@ def test_a_stopped_engine_freezes_progress_while_health_and_metrics_answer(serve
     for t in threads:
         t.join(timeout=60)
     assert codes == [200, 200, 200]
-    assert sample(server, STEPS) == 900 and sample(server, "vllm:num_requests_running") == 0
+    # one engine step serves the batch: the three requests' 900 tokens in 300 steps of three, a few more
+    # where one ran alone for a step at the start or the end
+    assert sample(server, "vllm:generation_tokens_total") == 900
+    assert 300 <= sample(server, STEPS) < 310 and sample(server, "vllm:num_requests_running") == 0
 
 
 def test_engine_hangs_stops_the_steps_for_good_with_the_engine_alive(server, sandbox):
@@ -106,3 +109,31 @@ def test_steps_slower_slows_the_steps_of_the_requests_that_start_while_it_is_set
     assert mean_step_ms(2) == pytest.approx(15.0)
     sandbox.set_fault("steps-slower", "not a number")
     assert mean_step_ms(1) == pytest.approx(10.0)
+
+
+def test_a_batch_shares_its_engine_steps_and_each_further_sequence_costs_its_share(server):
+    """VLLM_STANDIN_BATCH_COST: what the watch's step model reads (plugins/module_utils/step_model.py)
+    from a batched engine: twice the requests at once, twice the batch in as many engine steps, each step
+    longer by the batch's cost, not twice as many steps."""
+    cost, tpot = 0.5, 10.0
+    server.start(tp=2, env={"VLLM_STANDIN_TPOT_MS": str(tpot), "VLLM_STANDIN_BATCH_COST": str(cost)})
+    server.wait_ready()
+    names = ("vllm:iteration_tokens_total_count", "vllm:generation_tokens_total",
+             "vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count")
+
+    def run(requests, tokens=41):
+        before = [sample(server, name) for name in names]
+        threads, codes = start_requests(server, requests, tokens)
+        for t in threads:
+            t.join(timeout=60)
+        assert codes == [200] * requests
+        steps, generated, spent, gaps = (sample(server, n) - b for n, b in zip(names, before, strict=True))
+        assert generated == requests * tokens and gaps == requests * (tokens - 1)
+        return steps, generated / steps, spent / gaps * 1000
+
+    steps, batch, step_ms = run(1)
+    assert (steps, batch, step_ms) == (41, 1, pytest.approx(tpot))
+    steps, batch, step_ms = run(2)
+    # the two start together: 41 steps of a batch of two (a step or two alone where one ran ahead)
+    assert steps == pytest.approx(41, rel=0.05) and batch == pytest.approx(2, rel=0.05)
+    assert step_ms == pytest.approx(tpot * (1 + cost * (2 - 1)), rel=0.05)

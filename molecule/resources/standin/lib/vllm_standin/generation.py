@@ -45,6 +45,13 @@ class Seqs:
             self.sem.release()
 
 
+def batch_cost():
+    """``VLLM_STANDIN_BATCH_COST``: the share of a step each further sequence in the batch adds (0.25: a
+    step of four sequences takes 1.75 times one alone's), read at every step, as a batched engine's step
+    grows with its batch; 0 (the default): the step time does not depend on the batch."""
+    return max(0.0, env_float("VLLM_STANDIN_BATCH_COST", 0.0))
+
+
 def slower():
     """The fault switch ``steps-slower``: the factor (its content, a number above 0) on every decode step
     of a request that starts while it is set; 1 without it (or with a content that is no such number)."""
@@ -63,7 +70,8 @@ class Generation:
     all-reduce (``nccl.step_allreduce_ms``, 0 unless set) and emits one token; a speculating server
     (K draft tokens, ``a`` accepted per step, see
     config.spec_step_model) takes TPOT * (1 + K * SPEC_DRAFT_OVERHEAD) a step and emits 1 + a tokens
-    (the last step only what is left), so ceil((n - 1) / (1 + a)) steps for n tokens. A stream
+    (the last step only what is left), so ceil((n - 1) / (1 + a)) steps for n tokens. A step of a
+    batch of B sequences takes ``1 + BATCH_COST * (B - 1)`` times that (:func:`batch_cost`). A stream
     sends one chunk per step, as vLLM does."""
 
     def __init__(self, app, body, prompts, counts, max_tokens):
@@ -73,8 +81,7 @@ class Generation:
         # the step's compute, then its all-reduce as the server's NCCL settings scale it (nccl.py)
         self.step_s = (env_float("VLLM_STANDIN_TPOT_MS", 5.0) + step_allreduce_ms()) / 1000 * factor * slower()
         self.steps = max(0, math.ceil((self.n - 1) / (1 + self.accepted)))
-        self.tpot = self.step_s * self.steps / (self.n - 1) if self.k and self.n > 1 \
-            else self.step_s
+        self.spent = 0.0  # the decode steps' time, each at its batch
         self.queued = 0.0
         self.ident = f"cmpl-{uuid.uuid4().hex[:16]}"
         self.created = int(time.time())
@@ -88,30 +95,32 @@ class Generation:
         with self.app["seqs"].slot(metrics) as waited:
             self.queued = waited
             with metrics.lock:
-                metrics.running += 1
+                metrics.running += len(self.prompts)
             try:
                 time.sleep(self.ttft)
                 if self.n > 0:
                     self.step(metrics, 1)
                     yield [self.word()]
-                left = self.n - 1
+                left, cost = self.n - 1, batch_cost()
                 while left > 0:
-                    time.sleep(self.step_s)
+                    step_s = self.step_s * (1 + cost * max(0, metrics.running - 1))
+                    time.sleep(step_s)
+                    self.spent += step_s
                     size = min(left, 1 + self.accepted)
                     left -= size
-                    self.step(metrics, size)
+                    self.step(metrics, size, step_s)
                     yield [self.word() for _ in range(size)]
             finally:
                 with metrics.lock:
-                    metrics.running -= 1
+                    metrics.running -= len(self.prompts)
 
-    def step(self, metrics, tokens):
-        """One engine step for this request (waiting while the engine does not step), counted in
-        vllm:iteration_tokens_total as vLLM counts its steps."""
+    def step(self, metrics, tokens, step_s=None):
+        """This request's part of one engine step (waiting while the engine does not step): ``tokens`` a
+        sequence, the step's time ``step_s`` (None for the prefill's)."""
         engine = self.app.get("engine")
         if engine is not None:
             engine.wait_step()
-        metrics.stepped(tokens * len(self.prompts))
+        metrics.stepped(tokens, len(self.prompts), step_s)
 
     def word(self):
         return " " + self.rng.choice(FAKE_WORDS)
@@ -120,8 +129,8 @@ class Generation:
         e2e = time.monotonic() - self.t0
         metrics = self.app["metrics"]
         for count in self.counts:
-            metrics.finished(count, self.n, self.ttft + self.queued, self.tpot, e2e,
-                             self.steps, self.step_s)
+            tpot = self.spent / (self.n - 1) if self.n > 1 else self.step_s
+            metrics.finished(count, self.n, self.ttft + self.queued, tpot, e2e)
             if self.k:
                 metrics.speculated(self.steps, self.k, self.accepted)
 

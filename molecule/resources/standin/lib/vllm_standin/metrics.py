@@ -68,23 +68,28 @@ class Metrics:
         self.iteration = Histogram("vllm:iteration_tokens_total",
                                    "Histogram of number of tokens per engine_step.", ITERATION_BUCKETS)
 
-    def stepped(self, tokens):
+    def stepped(self, tokens, seqs=1, step_s=None):
+        """One request's part of an engine step: ``tokens`` for each of its ``seqs`` sequences, after a
+        step of ``step_s`` (None: the prefill's, no inter-token latency). The engine steps once for the
+        whole batch of running sequences, so the request counts its share of the step (``seqs`` over the
+        batch) in vllm:iteration_tokens_total, observed at the batch's tokens: over an interval the count
+        is the engine's steps and the generated tokens over it the batch, as vLLM's are."""
         with self.lock:
-            self.iteration.observe(tokens)
+            batch = max(self.running, seqs)
+            self.iteration.observe(tokens * batch, seqs / batch)
+            self.generation_tokens += tokens * seqs
+            if step_s is not None:
+                self.hists[1].observe(step_s, seqs)
 
-    def finished(self, prompt_tokens, out_tokens, ttft, tpot, e2e, steps=None, step_s=None):
-        """One finished request; ``steps`` decode steps of ``step_s`` each (default: one per
-        token after the first, of ``tpot``), as vLLM observes the inter-token latency per step."""
-        steps = out_tokens - 1 if steps is None else steps
-        step_s = tpot if step_s is None else step_s
+    def finished(self, prompt_tokens, out_tokens, ttft, tpot, e2e):
+        """One finished sequence: its prompt, the time to its first token, its mean time per output
+        token (observed when it had more than one) and its whole latency."""
         with self.lock:
             self.prompt_tokens += prompt_tokens
-            self.generation_tokens += out_tokens
             self.success += 1
-            ttft_h, itl_h, tpot_h, e2e_h = self.hists
+            ttft_h, _, tpot_h, e2e_h = self.hists
             ttft_h.observe(ttft)
             if out_tokens > 1:
-                itl_h.observe(step_s, steps)
                 tpot_h.observe(tpot)
             e2e_h.observe(e2e)
 
