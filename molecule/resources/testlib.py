@@ -160,6 +160,13 @@ def start_traffic(host, model: str, senders: int = 2, tokens: int = 200) -> None
         host.run(f"nohup sh -c {shlex.quote(script)} >/dev/null 2>&1 &")
 
 
+def in_flight(host) -> float:
+    """The server's requests running and waiting, from its /metrics."""
+    text = host.check_output("curl -s http://127.0.0.1:8000/metrics")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(("vllm:num_requests_running{", "vllm:num_requests_waiting{")))
+
+
 def stop_traffic(host) -> None:
     """The senders send no more (each finishes the request it is in)."""
     host.run(f"rm -f {TRAFFIC}")

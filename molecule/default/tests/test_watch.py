@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import FAULT_DIR, INCIDENTS, UNIT, incident_names, read_incident, run_playbook, wait_for
+from testlib import FAULT_DIR, INCIDENTS, UNIT, in_flight, incident_names, read_incident, run_playbook, wait_for
 
 WATCH = "vllm-ops-watch"
 STALL_S = 20  # molecule/default/host_vars
@@ -45,12 +45,6 @@ def engine_pid(host):
                 if host.file(f"/proc/{pid}/comm").content_string.strip().startswith("VLLM::EngineCor"):
                     return int(pid)
     raise AssertionError(f"no EngineCore in {group}")
-
-
-def in_flight(host):
-    text = host.check_output("curl -s http://127.0.0.1:8000/metrics")
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(("vllm:num_requests_running{", "vllm:num_requests_waiting{")))
 
 
 def send_requests(host, n=4, tokens=4000):
