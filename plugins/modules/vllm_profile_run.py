@@ -129,26 +129,13 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_ops.serving.plugins.module_utils import profiler
 from ansible_collections.vllm_ops.serving.plugins.module_utils.loopback import open_loopback
 from ansible_collections.vllm_ops.serving.plugins.module_utils.vllm_fabric_lib import Sampler, not_asked
 
 
 class CampaignError(Exception):
     pass
-
-
-def post(url, body, timeout, headers=None):
-    """POST JSON; return (status, body bytes). Network failures raise CampaignError."""
-    data = json.dumps(body).encode() if body is not None else b""
-    request = urllib.request.Request(url, data=data, method="POST",
-                                     headers=dict({"Content-Type": "application/json"}, **(headers or {})))
-    try:
-        with open_loopback(request, timeout=timeout) as response:  # loopback only
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
-        raise CampaignError("%s: %s" % (url, getattr(exc, "reason", exc))) from exc
 
 
 def stream_completion(base_url, headers, body, timeout, on_token=None):
@@ -200,17 +187,10 @@ def run(params, clock=time.monotonic, sampler=None):
     for _ in range(params["warmup_requests"]):
         stream_completion(base, headers, body, timeout)
 
-    start = {"profile_prefix": params["profile_prefix"]}
-    if params["max_iterations"] > 0:
-        start["max_iterations"] = params["max_iterations"]
-    status, answer = post(base + "/start_profile", start, timeout)
-    if status == 404:
-        raise CampaignError("/start_profile answered 404: the server was not started with --profiler-config "
-                            "(is the profiling variant running?)")
-    if status == 409:
-        raise CampaignError("/start_profile answered 409: a profile is already running on this server")
-    if status != 200:
-        raise CampaignError("/start_profile answered %s: %s" % (status, answer[:200]))
+    try:
+        profiler.start(open_loopback, base, params["profile_prefix"], params["max_iterations"], timeout)
+    except profiler.ProfilerError as exc:
+        raise CampaignError(str(exc)) from exc
 
     results, failure = [], None
     if sampler is None and params.get("fabric_nvidia_smi"):
@@ -230,15 +210,10 @@ def run(params, clock=time.monotonic, sampler=None):
     finally:
         if sampler is not None:
             sampler.stop()  # before the flush: the GPUs idle from here on
-        started = clock()
         try:
-            status, answer = post(base + "/stop_profile", None, params["stop_timeout_s"])
-        except CampaignError as exc:
-            raise CampaignError("/stop_profile did not answer within %ss (%s): the ranks may still be writing "
-                                "their traces" % (params["stop_timeout_s"], exc)) from exc
-        stop_s = clock() - started
-    if status != 200:
-        raise CampaignError("/stop_profile answered %s: %s" % (status, answer[:200]))
+            stop_s = profiler.stop(open_loopback, base, params["stop_timeout_s"], clock)
+        except profiler.ProfilerError as exc:
+            raise CampaignError(str(exc)) from exc
     if failure:
         raise CampaignError("profiled requests failed (the profiler was stopped): %s" % failure)
     return {
