@@ -6,6 +6,8 @@ each host into the artifacts::
     artifacts/<host>/incidents/watch-state.json        the watch's state when fetched
     artifacts/<host>/incidents/<UTC time>/incident.json   one incident: verdict, stall, processes, action
         py-spy-<pid>.txt, metrics.txt, journal.txt, nvidia-smi.txt   its evidence, as the host kept it
+        capture/                                       a slowdown's live capture: a trace per rank, topology.txt,
+                                                       and summary.json (the trace summary, written here once)
     artifacts/incidents.md                             this module's report over every host
 
 :func:`pending` says which of a host's incidents to fetch: those not here yet, and those fetched
@@ -13,7 +15,9 @@ while the watch was still writing them (no action yet, or a restart whose outcom
 so that a second run fetches nothing new and a restart's outcome is never left half-known.
 :func:`summary` reads every fetched incident into the figures the report template prints (its
 stuck processes, frame by frame; what the watch did; the restart's load, phase by phase, in the
-words of :mod:`vllm_ops_host.loads`); :func:`headline` is its one line.
+words of :mod:`vllm_ops_host.loads`; a slowdown's figures against its baseline, what changed on the host
+since the baseline, and its live capture's verdict, from the trace summary of :mod:`vllm_ops.traces`);
+:func:`headline` is its one line.
 """
 
 from __future__ import annotations
@@ -27,12 +31,15 @@ from pathlib import Path
 
 from vllm_ops_host import loads
 
-from .artifacts import write_text
+from .artifacts import write_json, write_text
 from .cliutil import read_json, run_command
 from .errors import VllmOpsError
 from .records import IncidentRecord, RecordError
 from .records.incident import INCIDENT_JSON
 from .render import render
+from .traces import TraceInputError, summarize
+from .traces.render import verdict_sentence
+from .traces.topology import parse_topology
 
 __all__ = ["REPORT", "IncidentInputError", "action_words", "headline", "pending", "summary"]
 
@@ -43,6 +50,10 @@ REPORT = "incidents.md"
 NAME = re.compile(r"^\d{8}T\d{6}Z$")  # the watch's directory names: the incident's UTC time
 FRAMES = 4  # frames shown per process, innermost first
 ROLE_ORDER = {"API server": 0, "engine": 1, "worker": 2}
+CAPTURE = "capture"  # a slowdown incident's live capture, its own directory
+CAPTURE_SUMMARY = "summary.json"
+UNCHANGED = ("nothing the watch reads changed: vLLM's version, the unit's and the environment files, the NCCL "
+             "settings, the GPU driver, the PCIe link widths")
 
 
 class IncidentInputError(VllmOpsError):
@@ -71,6 +82,11 @@ def action_words(action: object) -> str:
     """What the watch did, in words."""
     if not isinstance(action, Mapping):
         return "nothing yet: the watch was still writing the incident"
+    if action.get("taken") == "capture":
+        if action.get("ok") is None:
+            return "live capture under way when fetched: fetch again for its traces"
+        return ("captured the service as it ran, no restart" if action.get("ok")
+                else f"live capture failed, no restart: {action.get('why') or 'no reason given'}")
     if action.get("taken") != "restart":
         return f"recorded, not restarted: {action.get('why') or 'no reason given'}"
     if action.get("ok") is None:
@@ -120,6 +136,66 @@ def _stall_words(stall: object) -> str:
     return f"no step for {loads.seconds_words(stall.get('stalled_s'))}{held} (stall after {limit})"
 
 
+def _pct(value: object) -> str:
+    return f"{value:+.0%}" if isinstance(value, (int, float)) else "?"
+
+
+def _num(value: object, spec: str) -> str:
+    """A figure of an incident in ``spec``'s format; ``?`` where the watch recorded none."""
+    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+
+
+def _slowdown(slowdown: Mapping | None) -> dict | None:
+    """A slowdown's figures in words: the last judged interval against the baseline, the baseline, what
+    changed on the host since it."""
+    if not isinstance(slowdown, Mapping):
+        return None
+    latest = slowdown.get("latest") if isinstance(slowdown.get("latest"), Mapping) else {}
+    base = slowdown.get("baseline") if isinstance(slowdown.get("baseline"), Mapping) else {}
+    figures = (f"step {_num(latest.get('step_ms'), '.2f')} ms at batch {_num(latest.get('batch'), '.1f')}, the "
+               f"baseline's {_num(latest.get('expected_ms'), '.2f')} ms at that batch: {_pct(latest.get('residual'))} "
+               f"(band {_num(latest.get('band'), '.0%')}), since {slowdown.get('since') or '?'}, held "
+               f"{loads.seconds_words(slowdown.get('held_s'))}")
+    batch = base.get("batch") if isinstance(base.get("batch"), list) and len(base.get("batch")) == 2 else [None, None]
+    kv = f" + {_num(base.get('c'), '.3f')} ms a unit of KV usage" if base.get("c") else ""
+    baseline = (f"fitted {slowdown.get('fitted_at') or '?'} on {base.get('intervals', '?')} intervals at batch "
+                f"{_num(batch[0], '.1f')} to {_num(batch[1], '.1f')}: {_num(base.get('a'), '.2f')} ms + "
+                f"{_num(base.get('b'), '.3f')} ms a sequence{kv}, band {_num(base.get('band'), '.0%')}")
+    changed = [str(c) for c in slowdown.get("changes") or []]
+    return {"figures": figures, "baseline": baseline, "changes": changed or [UNCHANGED]}
+
+
+def _capture(path: Path, record: IncidentRecord) -> dict | None:
+    """A slowdown's live capture: what ran and its verdict (the trace summary of ``capture/``, written there as
+    ``summary.json`` the first time and read from it after)."""
+    if record.kind != "slowdown":
+        return None
+    capture, action = record.capture, record.action or {}
+    if not capture:
+        why = action.get("why") or "the watch was still deciding"
+        return {"words": f"none: {why}", "verdict": None, "summary": None}
+    if not capture.get("ok"):
+        return {"words": f"failed: {capture.get('why') or 'no reason given'}", "verdict": None, "summary": None}
+    words = (f"{loads.seconds_words(capture.get('seconds'))} of the service's own traffic from "
+             f"{capture.get('started_at') or '?'}, {len(capture.get('traces') or [])} rank(s), no restart")
+    directory = path / CAPTURE
+    stored = directory / CAPTURE_SUMMARY
+    try:
+        if stored.is_file():
+            trace_summary = read_json(stored, "trace summary", IncidentInputError)
+        else:
+            topology = directory / "topology.txt"
+            context = {"tensor_parallel_size": capture.get("tensor_parallel_size"),
+                       "interconnect": parse_topology(topology.read_text(encoding="utf-8", errors="replace")
+                                                      if topology.is_file() else None)["interconnect"]}
+            files = [str(directory / t["file"]) for t in capture.get("traces") or [] if isinstance(t, Mapping)]
+            trace_summary = summarize(files, context={k: v for k, v in context.items() if v is not None})
+            write_json(stored, trace_summary)
+    except (TraceInputError, OSError, KeyError) as exc:
+        return {"words": words, "verdict": f"the capture's traces cannot be read: {exc}", "summary": None}
+    return {"words": words, "verdict": verdict_sentence(trace_summary), "summary": str(stored)}
+
+
 def _incident(host: str, path: Path) -> dict:
     try:
         record = IncidentRecord.load(path / INCIDENT_JSON)
@@ -128,7 +204,8 @@ def _incident(host: str, path: Path) -> dict:
     processes = sorted(record.processes, key=lambda p: (ROLE_ORDER.get(p.get("role"), 3), p.get("rank") or 0,
                                                         p.get("pid") or 0))
     action = record.action
-    return {"host": host, "time": record.time, "dir": str(path), "verdict": record.verdict,
+    return {"host": host, "time": record.time, "dir": str(path), "verdict": record.verdict, "kind": record.kind,
+            "slowdown": _slowdown(record.slowdown), "capture": _capture(path, record),
             "stall": _stall_words(record.stall), "taken": action.get("taken") if action else None,
             "ok": action.get("ok") if action else None, "action": action_words(action), "load": _load_words(action),
             "processes": [_process_row(p) for p in processes],
@@ -155,7 +232,9 @@ def summary(artifacts: str | Path) -> dict:
     return {"hosts": hosts, "count": len(every),
             "restarted": sum(1 for i in every if i["taken"] == "restart" and i["ok"]),
             "failed": sum(1 for i in every if i["taken"] == "restart" and i["ok"] is False),
-            "recorded": sum(1 for i in every if i["taken"] not in ("restart", None)),
+            "recorded": sum(1 for i in every if i["taken"] not in ("restart", "capture", None)),
+            "slowdowns": sum(1 for i in every if i["kind"] == "slowdown"),
+            "captured": sum(1 for i in every if i["taken"] == "capture" and i["ok"]),
             "newest": max(every, key=lambda i: i["time"], default=None)}
 
 
@@ -164,9 +243,12 @@ def headline(s: Mapping) -> str:
     hosts = len(s["hosts"])
     if not s["count"]:
         return f"no incident on {hosts} host(s)"
-    parts = [f"{s['restarted']} restarted"]
+    stalls = s["count"] - s["slowdowns"]
+    parts = [f"{s['restarted']} restarted"] if stalls else []
     if s["failed"]:
         parts.append(f"{s['failed']} restart(s) failed")
+    if s["slowdowns"]:
+        parts.append(f"{s['slowdowns']} slowdown(s), {s['captured']} captured")
     if s["recorded"]:
         parts.append(f"{s['recorded']} recorded only")
     newest = s["newest"]

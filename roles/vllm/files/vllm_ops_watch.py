@@ -26,6 +26,15 @@ to answer ``/health`` and records the load (its phases, as the role's health wai
 that it restarts nothing, says so in the journal and its status, and exits :data:`EXIT_GAVE_UP` (the
 unit does not restart it: ``systemctl status vllm-ops-watch`` shows why).
 
+Between stalls it reads the step time at its load (:class:`Slowdown`, ``vllm_ops_step_model.py``) and
+exports its figures for Prometheus. A slowdown held ``capture_after_s`` (the residual above the
+baseline's band at every judged interval) is an incident of its own (:meth:`Watch.slowdown_incident`):
+its figures, the baseline's, what changed on the host since the baseline (:func:`fingerprint`), and,
+with ``auto_capture`` on an armed service, when no job holds the lock and none ran (nor a capture) in
+``capture_min_interval_s``, a live capture of the traffic as it runs (:func:`live_capture`: the
+profiler started and stopped over loopback, ``vllm_ops_profiler.py``, the traces moved into the
+incident), which ``playbooks/incidents.yml`` reads.
+
 Standard library only, Python 3.9: installed by the ``vllm`` role beside its config
 (``watch.json``); ``vllm_ops_watch.py --config FILE``. Its state is in its status line
 (``systemctl status``) and in ``incidents_dir/watch-state.json``.
@@ -35,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -62,6 +72,10 @@ try:  # installed beside the watch by the role: nvidia-smi's link fields (the co
     import vllm_ops_fabric_lib as fabric_lib
 except ImportError:  # without it the watch reads no PCIe link
     fabric_lib = None
+try:  # installed beside the watch by the role: the profiler's endpoints and traces (the collection's profiler.py)
+    import vllm_ops_profiler as profiler
+except ImportError:  # without it the watch captures nothing; its slowdown incidents say why
+    profiler = None
 
 STEPS = "vllm:iteration_tokens_total_count"
 TOKENS = "vllm:generation_tokens_total"
@@ -73,7 +87,7 @@ EXIT_GAVE_UP = 3
 LOAD_JOURNAL_LINES = 20000  # one start's journal, read whole for its load record (a few hundred lines)
 PY_SPY_ATTEMPTS = 2  # py-spy sometimes misses the interpreter's version on a busy host; a second read finds it
 # incident.json's schema: the controller reads it through vllm_ops.records.incident, which defines the fields.
-INCIDENT_SCHEMA = "vllm-ops/incident/1"
+INCIDENT_SCHEMA = "vllm-ops/incident/2"
 # A frame that names a collective or the wait for one (vLLM's shared-memory broadcast, NCCL, custom
 # all-reduce, torch.distributed).
 COLLECTIVE = re.compile(r"all_reduce|allreduce|all_gather|reduce_scatter|broadcast|barrier|nccl|"
@@ -89,6 +103,9 @@ DEFAULTS = {
     "slowdown_interval_s": 60.0, "baseline_intervals": 30, "min_band": 0.10,
     "metrics_file": "/var/lib/vllm-ops/metrics/vllm_ops_watch.prom",
     "pcie_interval_s": 300.0, "nvidia_smi": "nvidia-smi",
+    "auto_capture": False, "armed": False, "capture_after_s": 120.0, "capture_min_interval_s": 3600.0,
+    "capture_s": 10.0, "capture_timeout_s": 600.0, "trace_dir": "/var/lib/vllm/traces", "ranks": 1,
+    "max_iterations": 0,
 }
 # What the link reading asks nvidia-smi (fields every driver has; the widths only: the generation drops
 # while a GPU idles and needs the utilization beside it, which the campaign's reading judges).
@@ -107,6 +124,8 @@ EXPORTED = {
     "vllm_ops_watch_step_residual": ("gauge", "Step time over the baseline's at the same load, less one."),
     "vllm_ops_watch_step_band": ("gauge", "The baseline's noise band: a residual above it is a slowdown."),
     "vllm_ops_watch_decode_batch": ("gauge", "Tokens generated per engine step over the last judged interval."),
+    "vllm_ops_watch_slowdown_since_timestamp_seconds": ("gauge", "Since when every judged interval was above "
+                                                        "the band (Unix time); absent when none is."),
     "vllm_ops_watch_pcie_link_width": ("gauge", "A GPU's PCIe link width in lanes, read while requests ran."),
     "vllm_ops_watch_pcie_link_width_max": ("gauge", "The widest PCIe link the GPU and its slot support, lanes."),
 }
@@ -431,8 +450,8 @@ def collect(cfg, props, metrics_text, stall, now=None):
     if shutil.which("nvidia-smi"):
         _write(os.path.join(path, "nvidia-smi.txt"), _command(["nvidia-smi", "-q"], timeout_s=60))
     incident = {
-        "schema": INCIDENT_SCHEMA, "time": stamp, "unit": cfg["unit"], "invocation_id": props.get("InvocationID"),
-        "main_pid": main_pid,
+        "schema": INCIDENT_SCHEMA, "kind": "stall", "time": stamp, "unit": cfg["unit"],
+        "invocation_id": props.get("InvocationID"), "main_pid": main_pid,
         "verdict": verdict(processes), "stall": stall, "nccl_environment": nccl,
         "nvidia_smi": bool(shutil.which("nvidia-smi")), "processes": processes, "action": None,
     }
@@ -463,14 +482,20 @@ class Slowdown:
     the service as deployed) and keeps it, across restarts of the service and of the watch, until it is
     removed; then each interval's residual against it, with its band."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, describe=dict):
         self.cfg = cfg
+        self.describe = describe  # the host as it is now (fingerprint), kept with a fitted baseline
         self.path = os.path.join(cfg["incidents_dir"], "baseline.json")
         self.record = _load_json(self.path) or None
         self.learning = []
         self.start = None  # (monotonic time, invocation, samples) at the interval's start
         self.latest = None
         self.missing = None  # what the server's /metrics lacks of what the model reads, said once a start
+        # The slowdown under way: (monotonic, wall) of the first of the judged intervals above the band in a
+        # row, and those intervals; ``reported`` once its incident is written (one incident an episode).
+        self.above_since = None
+        self.above = []
+        self.reported = False
 
     @property
     def baseline(self):
@@ -507,8 +532,18 @@ class Slowdown:
             self.latest = dict(measured, unjudged=str(exc))
             return self.latest
         expected = step_model.predict(self.baseline, measured["batch"], measured["kv"])
-        self.latest = dict(measured, expected_ms=expected, residual=residual, band=self.baseline["band"])
+        self.latest = dict(measured, expected_ms=expected, residual=residual, band=self.baseline["band"], at=wall)
+        if residual > self.baseline["band"]:
+            if self.above_since is None:
+                self.above_since, self.above = (now - seconds, wall - seconds), []
+            self.above = [*self.above, self.latest][-20:]
+        else:
+            self.above_since, self.above, self.reported = None, [], False
         return self.latest
+
+    def held_s(self, now):
+        """Seconds the slowdown under way has held (every judged interval above the band), or None."""
+        return None if self.above_since is None else now - self.above_since[0]
 
     def fit(self):
         window = [self.learning[0]["at"] - self.learning[0]["seconds"], self.learning[-1]["at"]]
@@ -518,7 +553,8 @@ class Slowdown:
             say(f"no step-time baseline yet: {exc}", "warning")
             self.learning = self.learning[1:]
             return
-        self.record = {"baseline": baseline, "fitted_at": time.time(), "samples": self.learning}
+        self.record = {"baseline": baseline, "fitted_at": time.time(), "samples": self.learning,
+                       "host": self.describe()}
         _write(self.path, json.dumps(self.record, indent=2, sort_keys=True) + "\n")
         self.learning = []
         say(f"step-time baseline fitted on {baseline['intervals']} intervals: {baseline['a']:.2f} ms + "
@@ -589,6 +625,95 @@ def export(path, text):
     except OSError as exc:
         return f"{path}: {exc.strerror or exc}"
     return None
+
+
+# -- what changed, and why: the slowdown's incident ---------------------------------------------------
+
+def _utc(wall):
+    return datetime.fromtimestamp(wall, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _digest(path):
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+
+
+def fingerprint(cfg, links):
+    """What makes the service what it is, as the watch can read it, to tell what changed between a
+    baseline and a slowdown: vLLM's version (``/version``), the unit's files and the environment files
+    (their SHA-256), the NCCL settings, the GPU driver, each GPU's PCIe link width under load."""
+    status, text = fetch(cfg["url"] + "/version", cfg["request_timeout_s"])
+    try:
+        version = json.loads(text).get("version") if status == 200 else None
+    except (ValueError, AttributeError):
+        version = None
+    show = _command(["systemctl", "show", cfg["unit"], "-p", "FragmentPath", "-p", "DropInPaths"])
+    props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+    unit_files = [p for p in [props.get("FragmentPath", ""), *props.get("DropInPaths", "").split()] if p]
+    driver = None
+    if cfg["nvidia_smi"] and shutil.which(cfg["nvidia_smi"]):
+        lines = _command([cfg["nvidia_smi"], "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines()
+        driver = lines[0].strip() if lines and re.fullmatch(r"[0-9][0-9.]*", lines[0].strip()) else None
+    widths = {str(r["index"]): r["width_current"] for r in links.readings if r.get("width_current") is not None}
+    return {"vllm_version": version, "unit_files": {p: _digest(p) for p in unit_files},
+            "environment_files": {p: _digest(p) for p in cfg.get("environment_files") or []},
+            "nccl_environment": nccl_environment(cfg.get("environment_files") or []), "driver": driver,
+            "pcie_link_widths": widths or None}
+
+
+def changes(before, after):
+    """What differs between two fingerprints, each in words (``vLLM 0.32.0 -> 0.33.0``); a figure either
+    side could not read (None) is no change."""
+    if not before or not after:
+        return []
+    said = []
+    for key, name in (("vllm_version", "vLLM"), ("driver", "the GPU driver")):
+        if before.get(key) and after.get(key) and before[key] != after[key]:
+            said.append(f"{name} {before[key]} -> {after[key]}")
+    for key, what in (("unit_files", "the unit's file"), ("environment_files", "the environment file")):
+        old, new = before.get(key) or {}, after.get(key) or {}
+        said += [f"{what} {path} {'added' if path not in old else 'removed' if path not in new else 'changed'}"
+                 for path in sorted(set(old) | set(new)) if old.get(path) != new.get(path)]
+    old, new = before.get("nccl_environment") or {}, after.get("nccl_environment") or {}
+    said += [f"{name} {old.get(name, '(unset)')} -> {new.get(name, '(unset)')}"
+             for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+    old, new = before.get("pcie_link_widths") or {}, after.get("pcie_link_widths") or {}
+    said += [f"GPU {gpu}'s PCIe link x{old[gpu]:g} -> x{new[gpu]:g}"
+             for gpu in sorted(set(old) & set(new), key=int) if old[gpu] != new[gpu]]
+    return said
+
+
+def live_capture(cfg, path, prefix, sleep=time.sleep):
+    """A capture of the service as it runs (the campaign's zero-downtime path, on the host): the armed
+    server's profiler started over loopback (the fence lets loopback through), ``capture_s`` of its own
+    traffic, stopped (bounded by ``max_iterations`` too), one complete trace per rank waited for, then
+    every file of the capture (its prefix's: the ranks' traces and tables, the API server's) moved into
+    ``path/capture/`` beside ``nvidia-smi topo -m``. Returns the
+    capture's record: ``ok`` and ``traces`` [{rank, file, bytes, sha256}], or ``ok`` false and ``why``."""
+    started = time.time()
+    out = {"prefix": prefix, "started_at": _utc(started), "tensor_parallel_size": cfg["ranks"],
+           "seconds": cfg["capture_s"]}
+    try:
+        profiler.start(urllib.request.urlopen, cfg["url"], prefix, int(cfg["max_iterations"]),
+                       cfg["request_timeout_s"])
+        sleep(cfg["capture_s"])
+        out["stop_profile_s"] = round(profiler.stop(urllib.request.urlopen, cfg["url"], cfg["capture_timeout_s"]), 3)
+        traces, _ = profiler.find(cfg["trace_dir"], prefix, cfg["ranks"], cfg["capture_timeout_s"], 2)
+        dest = os.path.join(path, "capture")
+        os.makedirs(dest, exist_ok=True)
+        # every file of this capture: the ranks' traces and tables, and the API server's own trace and table
+        for name in sorted(os.listdir(cfg["trace_dir"])):
+            if name.startswith(prefix + "_"):
+                shutil.move(os.path.join(cfg["trace_dir"], name), os.path.join(dest, name))
+    except (profiler.ProfilerError, profiler.TraceError, OSError) as exc:
+        return dict(out, ok=False, why=str(exc))
+    if cfg["nvidia_smi"] and shutil.which(cfg["nvidia_smi"]):
+        _write(os.path.join(dest, "topology.txt"), _command([cfg["nvidia_smi"], "topo", "-m"], timeout_s=60))
+    return dict(out, ok=True, finished_at=_utc(time.time()),
+                traces=[{key: t[key] for key in ("rank", "file", "bytes", "sha256")} for t in traces])
 
 
 # -- the host ---------------------------------------------------------------------------------------
@@ -685,20 +810,24 @@ class Watch:
         self.cfg = cfg
         self.rule = Liveness(cfg["stall_s"], cfg["stall_floor_s"])
         self.state_file = os.path.join(cfg["incidents_dir"], "watch-state.json")
-        past = _load_json(self.state_file).get("restarts", [])
-        self.budget = RestartBudget(cfg["max_restarts"], cfg["restart_window_s"], past)
+        state = _load_json(self.state_file)
+        self.budget = RestartBudget(cfg["max_restarts"], cfg["restart_window_s"], state.get("restarts", []))
         self.recorded = None  # the InvocationID whose ongoing stall was recorded without action
         self.stalls = 0
-        self.slowdown = Slowdown(cfg) if step_model is not None else None
         self.links = Links(cfg)
+        self.slowdown = Slowdown(cfg, lambda: fingerprint(cfg, self.links)) if step_model is not None else None
+        # the last job seen holding the host's lock ({at, holder}) and the last capture's time, across the
+        # watch's restarts: a capture waits capture_min_interval_s after either
+        self.job_seen = state.get("job_seen")
+        self.last_capture = state.get("last_capture")
         self.last_incident = None
         self.gave_up = False
         self.export_failed = None
 
     def write_state(self, now, said):
         wall = time.time()
-        state = {"updated": wall, "said": said, "stalls": self.stalls,
-                 "restarts": list(self.budget.times), **self.rule.state(now)}
+        state = {"updated": wall, "said": said, "stalls": self.stalls, "restarts": list(self.budget.times),
+                 "job_seen": self.job_seen, "last_capture": self.last_capture, **self.rule.state(now)}
         if self.slowdown is not None:
             state["step"] = {"latest": self.slowdown.latest, "missing": self.slowdown.missing,
                              "learning": len(self.slowdown.learning), "baseline": self.slowdown.baseline}
@@ -726,6 +855,8 @@ class Watch:
             "vllm_ops_watch_step_residual": latest.get("residual"),
             "vllm_ops_watch_step_band": latest.get("band"),
             "vllm_ops_watch_decode_batch": latest.get("batch"),
+            "vllm_ops_watch_slowdown_since_timestamp_seconds": (None if slow is None or slow.above_since is None
+                                                                else slow.above_since[1]),
             **self.links.figures(),
         }
 
@@ -756,8 +887,14 @@ class Watch:
         if self.slowdown is not None:
             self.slowdown.observe(now, wall, props.get("InvocationID"), samples)
         self.links.observe(now, value is not None and value["busy"] > 0)
+        holder = lock_holder(cfg["lock_file"], wall)
+        if holder:
+            self.job_seen = {"at": wall, "holder": holder}
         if not stalled:
             self.recorded = None
+            held = self.slowdown.held_s(now) if self.slowdown is not None else None
+            if held is not None and held >= cfg["capture_after_s"] and not self.slowdown.reported:
+                self.slowdown_incident(props, text, held, holder)
             last = self.rule.last
             said = ("not answering (loading or stopped)" if value is None else
                     f"no {STEPS} or {TOKENS} in /metrics: nothing to judge progress by" if last is None else
@@ -774,7 +911,6 @@ class Watch:
                  "reading": value, "derived": self.rule.configured <= 0}
         path, incident = collect(cfg, props, text, stall, wall)
         self.last_incident = wall
-        holder = lock_holder(cfg["lock_file"], wall)
         say(f"stalled for {stalled:.0f} s with {value['busy']:.0f} request(s) in flight: {incident['verdict']}; "
             f"evidence in {path}", "error")
         if holder:
@@ -804,6 +940,73 @@ class Watch:
         prune(cfg["incidents_dir"], cfg["keep"], cfg["max_bytes"])
         self.write_state(now, f"incident {os.path.basename(path)}: {incident['verdict']}")
         return None
+
+    def capture_refused(self, wall, holder):
+        """Why no live capture may run now, or None: off, not armed, a job holding the lock, or a job or a
+        capture within ``capture_min_interval_s``."""
+        cfg = self.cfg
+        if not cfg["auto_capture"]:
+            return "automatic capture is off (vllm_watch_auto_capture)"
+        if not cfg["armed"]:
+            return "the service's profiler is not armed (vllm_profiler_armed): a live capture needs it"
+        if profiler is None:
+            return "the watch's vllm_ops_profiler.py is missing: re-run playbooks/deploy.yml"
+        if holder:
+            return f"{holder} holds the host's lock ({cfg['lock_file']})"
+        for what, at in (("a job (" + ((self.job_seen or {}).get("holder") or "") + ") held the host's lock",
+                          (self.job_seen or {}).get("at")), ("the last capture ran", self.last_capture)):
+            if at is not None and wall - at < cfg["capture_min_interval_s"]:
+                return (f"{what} {wall - at:.0f} s ago, within vllm_watch_capture_min_interval_s "
+                        f"({cfg['capture_min_interval_s']:.0f} s)")
+        return None
+
+    def slowdown_incident(self, props, metrics_text, held, holder):
+        """A slowdown that held ``capture_after_s``: its incident (the figures, the baseline, what changed on
+        the host since it), then the live capture when one may run. One an episode."""
+        cfg, slow, wall = self.cfg, self.slowdown, time.time()
+        slow.reported = True
+        latest, baseline = slow.latest, slow.baseline
+        stamp = datetime.fromtimestamp(wall, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        path = os.path.join(cfg["incidents_dir"], stamp)
+        os.makedirs(path, exist_ok=True)
+        _write(os.path.join(path, "metrics.txt"), metrics_text or "(no answer)")
+        now_host = fingerprint(cfg, self.links)
+        changed = changes((slow.record or {}).get("host"), now_host)
+        since = _utc(slow.above_since[1])
+        verdict_text = (f"decode steps {latest['residual']:+.0%} at the same load (batch {latest['batch']:.1f}: "
+                        f"{latest['step_ms']:.2f} ms against the baseline's {latest['expected_ms']:.2f}) since "
+                        f"{since}, beyond the baseline's band of {latest['band']:.0%}")
+        incident = {
+            "schema": INCIDENT_SCHEMA, "kind": "slowdown", "time": stamp, "unit": cfg["unit"],
+            "invocation_id": props.get("InvocationID"), "main_pid": int(props.get("MainPID") or 0),
+            "verdict": verdict_text, "stall": None, "processes": [],
+            "nccl_environment": nccl_environment(cfg.get("environment_files") or []), "nvidia_smi": False,
+            "slowdown": {"since": since, "held_s": round(held, 1), "latest": latest, "intervals": slow.above,
+                         "baseline": baseline, "fitted_at": _utc((slow.record or {}).get("fitted_at") or wall),
+                         "host_at_baseline": (slow.record or {}).get("host"), "host_now": now_host,
+                         "changes": changed},
+            "action": None,
+        }
+        self.last_incident = wall
+        say(f"slowdown: {verdict_text}" + (f"; changed since the baseline: {'; '.join(changed)}" if changed else ""),
+            "warning")
+        refused = self.capture_refused(wall, holder)
+        if refused:
+            incident["action"] = {"taken": "none", "why": refused}
+            save(path, incident)
+        else:
+            save(path, incident)  # the figures on disk before the capture, which may take minutes
+            self.last_capture = wall
+            say(f"capturing {cfg['capture_s']:.0f} s of the service's own traffic under the profiler", "info")
+            done = live_capture(cfg, path, f"watch-{stamp}")
+            incident["capture"] = done
+            incident["action"] = ({"taken": "capture", "ok": True} if done["ok"] else
+                                  {"taken": "capture", "ok": False, "why": done["why"]})
+            save(path, incident)
+            say(f"live capture in {path}/capture" if done["ok"] else f"live capture failed: {done['why']}",
+                "info" if done["ok"] else "error")
+        prune(cfg["incidents_dir"], cfg["keep"], cfg["max_bytes"])
+        return path
 
     def restart(self, props):
         """SIGKILL to every process of the server (a stalled engine has nothing to save, and a hung one

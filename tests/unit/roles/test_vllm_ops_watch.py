@@ -279,7 +279,7 @@ def test_a_stall_is_recorded_then_restarted_and_a_second_one_past_the_budget_giv
     assert state["said"].startswith("gave up: stalled again after 1 restart(s) in 3600 s")
     # What the watch wrote on the host is what the controller reads, through the record's module.
     records = [IncidentRecord.load(p) for p in sorted(host.dir.glob("*/incident.json"))]
-    assert [r.finished() for r in records] == [True, True] and records[0].to_dict()["schema"] == "vllm-ops/incident/1"
+    assert [r.finished() for r in records] == [True, True] and records[0].to_dict()["schema"] == "vllm-ops/incident/2"
 
 
 def test_a_restart_kills_every_process_of_the_server_main_last_and_never_pid_0(monkeypatch, tmp_path):
@@ -662,3 +662,83 @@ def test_a_load_the_baseline_predicts_no_time_for_is_shown_not_judged(monkeypatc
     figures = exported(tmp_path / "vllm_ops_watch.prom")
     assert "vllm_ops_watch_step_residual" not in figures and figures["vllm_ops_watch_step_seconds"] > 0
     assert "not judged: the baseline predicts -16 ms at batch 4: refit it on a window with this load" in said[-1]
+
+
+def baseline_then(watch, host, server, monkeypatch, start=1000):
+    """A baseline learned over ten known-good minutes (the batch from 4 to 28); the time after them."""
+    host.metrics = server.text()
+    assert polls(watch, monkeypatch, [start]) == [None]
+    return serve(watch, host, server, monkeypatch, [4, 8, 12, 16, 20, 24, 28, 24, 20, 12], start + 60)
+
+
+def utc(seconds):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def test_a_slowdown_held_two_minutes_is_one_incident_with_its_figures_and_what_changed(monkeypatch, tmp_path):
+    host, server = Host(monkeypatch, tmp_path), Server()
+    host.cfg.update(baseline_intervals=10, stall_s=600, capture_after_s=120)
+    hosts = iter([{"vllm_version": "0.32.0", "nccl_environment": {"NCCL_PROTO": "LL"}},  # at the baseline
+                  {"vllm_version": "0.32.0", "nccl_environment": {"NCCL_PROTO": "Simple"}}])  # at the incident
+    monkeypatch.setattr(w, "fingerprint", lambda cfg, links: next(hosts))
+    watch = w.Watch(host.cfg)
+    t = baseline_then(watch, host, server, monkeypatch)
+    assert json.loads((host.dir / "baseline.json").read_text())["host"]["nccl_environment"] == {"NCCL_PROTO": "LL"}
+
+    # the same load, every step 30% longer: a minute above the band is no incident yet; two minutes are one
+    t = serve(watch, host, server, monkeypatch, [16], t, slower=1.3)
+    began = t - 120  # the first slow interval's start: the poll a minute before it closed it
+    assert host.incidents() == []
+    assert exported(tmp_path / "vllm_ops_watch.prom")["vllm_ops_watch_slowdown_since_timestamp_seconds"] == began
+    t = serve(watch, host, server, monkeypatch, [16, 16], t, slower=1.3)
+    (incident,) = host.incidents()
+    step, expected = (8 + 0.25 * 16) * 1.3, 8 + 0.25 * 16  # the server's step, and the baseline's at batch 16
+    assert incident["kind"] == "slowdown" and incident["stall"] is None
+    assert incident["verdict"] == (f"decode steps +30% at the same load (batch 16.0: {step:.2f} ms against the "
+                                   f"baseline's {expected:.2f}) since {utc(began)}, beyond the baseline's band of 10%")
+    slowdown = incident["slowdown"]
+    assert slowdown["held_s"] == 120 and slowdown["since"] == utc(began) and len(slowdown["intervals"]) == 2
+    assert slowdown["latest"]["residual"] == pytest.approx(0.3) and slowdown["baseline"]["b"] == pytest.approx(0.25)
+    assert slowdown["changes"] == ["NCCL_PROTO LL -> Simple"]
+    assert incident["action"] == {"taken": "none", "why": "automatic capture is off (vllm_watch_auto_capture)"}
+    assert IncidentRecord.from_dict(incident).finished()
+
+    # back to its speed: the episode ends; slower again: a second incident, two minutes later
+    t = serve(watch, host, server, monkeypatch, [16], t)
+    assert "vllm_ops_watch_slowdown_since_timestamp_seconds" not in exported(tmp_path / "vllm_ops_watch.prom")
+    hosts = iter([{}])
+    serve(watch, host, server, monkeypatch, [16, 16, 16], t, slower=1.3)
+    assert [i["kind"] for i in host.incidents()] == ["slowdown", "slowdown"]
+
+
+@pytest.mark.parametrize(("settings", "holder", "seen", "why"), [
+    ({"auto_capture": False}, None, {}, "automatic capture is off (vllm_watch_auto_capture)"),
+    ({"armed": False}, None, {}, "the service's profiler is not armed (vllm_profiler_armed): a live capture needs it"),
+    ({}, "campaign c1", {}, "campaign c1 holds the host's lock (/run/vllm-ops/job.lock)"),
+    ({}, None, {"job_seen": {"at": 9000, "holder": "tune t1"}},
+     "a job (tune t1) held the host's lock 1000 s ago, within vllm_watch_capture_min_interval_s (3600 s)"),
+    ({}, None, {"last_capture": 6500},
+     "the last capture ran 3500 s ago, within vllm_watch_capture_min_interval_s (3600 s)"),
+    ({}, None, {"last_capture": 6000, "job_seen": {"at": 5000, "holder": "tune t1"}}, None),
+])
+def test_a_live_capture_runs_only_armed_unlocked_and_an_hour_after_a_job_or_a_capture(
+        monkeypatch, tmp_path, settings, holder, seen, why):
+    host = Host(monkeypatch, tmp_path)
+    host.cfg.update({"auto_capture": True, "armed": True, "lock_file": "/run/vllm-ops/job.lock", **settings})
+    (host.dir / "watch-state.json").write_text(json.dumps(seen))  # across the watch's restarts
+    assert w.Watch(host.cfg).capture_refused(10000, holder) == why
+
+
+def test_what_changed_on_the_host_is_said_in_words():
+    before = {"vllm_version": "0.32.0", "driver": "550.54", "unit_files": {"/etc/u.service": "a"},
+              "environment_files": {"/etc/e.env": "b"}, "nccl_environment": {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"},
+              "pcie_link_widths": {"0": 16, "1": 16}}
+    after = {"vllm_version": "0.33.0", "driver": "550.54",
+             "unit_files": {"/etc/u.service": "a", "/etc/u.d/x.conf": "c"},
+             "environment_files": {"/etc/e.env": "d"}, "nccl_environment": {"NCCL_PROTO": "Simple"},
+             "pcie_link_widths": {"0": 16, "1": 8}}
+    assert w.changes(before, after) == [
+        "vLLM 0.32.0 -> 0.33.0", "the unit's file /etc/u.d/x.conf added", "the environment file /etc/e.env changed",
+        "NCCL_ALGO Ring -> (unset)", "NCCL_PROTO LL -> Simple", "GPU 1's PCIe link x16 -> x8"]
+    assert w.changes(before, before) == [] and w.changes(None, after) == []
+    assert w.changes({**before, "driver": None}, after)[0] == "vLLM 0.32.0 -> 0.33.0"  # unread: no change
