@@ -4,9 +4,11 @@ Prometheus scrapes it every 5 s and evaluates prometheus/vllm-ops.rules.yml as s
 sandbox_prometheus). The stand-in's step grows with its batch (VLLM_STANDIN_BATCH_COST 0.25, host_vars),
 as a batched engine's does; the watch judges 5-second intervals against a baseline of 10 (host_vars).
 
-A baseline learned from one then two users; twice the users: every token slower, and nothing fires; the
-same users with every step 30% slower (the stand-in's steps-slower switch, same process): VllmSlowdown
-fires within five minutes, and the service is never restarted."""
+The service armed (its profiler on, fenced to loopback) and the watch's automatic capture on. A baseline
+learned from one then two users; twice the users: every token slower, and nothing fires; the same users
+with every step 30% slower (the stand-in's steps-slower switch, same process): VllmSlowdown fires within
+five minutes, the watch's slowdown incident holds a live capture of that traffic, the service is never
+restarted, and playbooks/incidents.yml reports the capture's verdict beside the slowdown's figures."""
 
 from __future__ import annotations
 
@@ -20,7 +22,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import FAULT_DIR, INCIDENTS, UNIT, in_flight, incident_names, start_traffic, stop_traffic, wait_for
+from testlib import (
+    FAULT_DIR,
+    INCIDENTS,
+    UNIT,
+    in_flight,
+    incident_names,
+    read_incident,
+    run_playbook,
+    start_traffic,
+    stop_traffic,
+    wait_for,
+)
 
 WATCH = "vllm-ops-watch"
 SERVED = "kimi-k2.5"  # inventory/sandbox
@@ -63,14 +76,24 @@ def judged(host, count, batch_at_least, timeout_s=120):
     return list(seen.values())[:count]
 
 
+# The profiler armed and the watch capturing (its minimum interval after a job short: the deploy itself is one).
+ARMED = ("-e", "vllm_profiler_armed=true", "-e", "vllm_watch_auto_capture=true",
+         "-e", "vllm_watch_capture_min_interval_s=30")
+
+
 @pytest.fixture
-def traffic(host):
+def armed(host):
+    play = run_playbook("playbooks/deploy.yml", *ARMED)
+    assert play.rc == 0, play.output[-3000:]
     yield
     stop_traffic(host)
     host.run(f"rm -f {FAULT_DIR}/steps-slower")
+    play = run_playbook("playbooks/deploy.yml")  # the scenario's service again, unarmed
+    assert play.rc == 0, play.output[-3000:]
 
 
-def test_a_slower_service_fires_the_slowdown_alert_where_twice_the_load_fires_nothing(host, traffic):
+def test_a_slower_service_fires_the_slowdown_alert_and_is_captured_where_twice_the_load_fires_nothing(
+        host, armed, tmp_path):
     server = f"{UNIT}.service"
     main_pid, restarts, before = prop(host, server, "MainPID"), prop(host, server, "NRestarts"), incident_names(host)
     # the chain: the watch's file, linked into node_exporter's textfile directory, scraped by Prometheus
@@ -112,6 +135,24 @@ def test_a_slower_service_fires_the_slowdown_alert_where_twice_the_load_fires_no
     assert float(alert["value"]) == pytest.approx(SLOWER - 1, abs=0.08)
     latest = step_state(host)["latest"]
     assert latest["residual"] > latest["band"] and latest["batch"] > 3.5
-    # explained without a restart: the same process, no incident
+    # explained without a restart: the watch's incident, its capture of the traffic as it ran, the same process
+    wait_for(lambda: len(incident_names(host) - before) == 1 and read_incident(
+        host, max(incident_names(host) - before))["action"] is not None, "the slowdown's incident", timeout_s=120)
+    (name,) = incident_names(host) - before
+    incident = read_incident(host, name)
+    assert incident["kind"] == "slowdown" and incident["verdict"].startswith("decode steps +")
+    assert incident["action"] == {"taken": "capture", "ok": True}, incident["action"]
+    assert [t["rank"] for t in incident["capture"]["traces"]] == [0, 1]
+    assert incident["slowdown"]["changes"] == []  # nothing on the host changed since the baseline
     assert prop(host, server, "MainPID") == main_pid and prop(host, server, "NRestarts") == restarts
-    assert incident_names(host) == before
+
+    # the incidents fetched: the report gives the capture's verdict (the stand-in's traces are real ones
+    # of a TP2 decode on H200, host-bound on rank 1) beside the slowdown's figures and its baseline
+    play = run_playbook("playbooks/incidents.yml", "-e", json.dumps({"vllm_watch_artifacts_dir": str(tmp_path)}))
+    assert play.rc == 0, play.output[-3000:]
+    (fetched,) = tmp_path.glob(f"*/incidents/{name}")
+    assert {t["file"] for t in incident["capture"]["traces"]} <= {p.name for p in (fetched / "capture").iterdir()}
+    report = (tmp_path / "incidents.md").read_text()
+    assert f"- **Verdict**: {incident['verdict']}" in report
+    assert "- **The capture's verdict**: host-bound on rank 1" in report
+    assert "- **What changed on the host since the baseline**: nothing the watch reads changed" in report
