@@ -52,5 +52,7 @@ def test_the_dashboard_is_importable_and_names_only_exported_metrics():
     on_panels = {name for expr in panel_exprs for name in METRIC.findall(expr)}
     used = on_panels | {name for expr in other_exprs for name in METRIC.findall(expr)}
     assert used <= set(w.EXPORTED), used - set(w.EXPORTED)
-    # every figure has a panel but the last incident's time, which marks the graphs (the annotation)
-    assert on_panels == set(w.EXPORTED) - {"vllm_ops_watch_last_incident_timestamp_seconds"}
+    # every figure has a panel but the two times that mark the graphs (annotations): the last incident's, and
+    # since when a slowdown holds
+    assert on_panels == set(w.EXPORTED) - {"vllm_ops_watch_last_incident_timestamp_seconds",
+                                           "vllm_ops_watch_slowdown_since_timestamp_seconds"}
