@@ -3,7 +3,8 @@ rank as vLLM writes them. The profiling capture's modules (``vllm_profile_run``,
 the watch's automatic capture (installed beside it as ``vllm_ops_profiler``) share it.
 
 Standard library only, Python 3.9: it runs on the hosts. The HTTP calls take an ``opener`` (a callable
-like ``urllib.request.urlopen``: the modules pass ``loopback.open_loopback``, which no proxy intercepts).
+that opens a request with a timeout, as urllib's does: the modules pass ``loopback.open_loopback``, which no
+proxy intercepts; the watch, whose unit has no proxy settings, urllib's own).
 """
 
 from __future__ import annotations
@@ -111,8 +112,6 @@ def find(directory, prefix, ranks, timeout_s, poll_s, clock=time.monotonic, slee
     tables = [os.path.join(directory, name)
               for names in rank_files(directory, prefix, ranks, TABLE_SUFFIX).values() for name in names]
     return traces, tables
-
-
 
 
 def post(opener, url, body, timeout):
