@@ -36,6 +36,8 @@ KV = "vllm:kv_cache_usage_perc"
 # The step time's sources, best first: (sum, count) of a histogram of the time between two tokens.
 LATENCIES = (("vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count"),
              ("vllm:time_per_output_token_seconds_sum", "vllm:time_per_output_token_seconds_count"))
+# Every metric the model reads (what a watch keeps of a scrape to fit a window later).
+NAMES = (STEPS, STEP_TOKENS, GENERATED, RUNNING, KV, *(name for pair in LATENCIES for name in pair))
 # What nothing can be judged without, and why.
 REQUIRED = ((STEPS, "engine steps"), (GENERATED, "the decode batch"))
 # An interval with fewer engine steps says too little to be judged or fitted on.
@@ -90,6 +92,30 @@ def interval(before, after, seconds):
             "tokens_per_step": None if step_tokens is None else step_tokens / steps,
             "batch": generated / steps, "step_ms": step_ms, "step_source": source,
             "kv": after.get(KV), "running": after.get(RUNNING)}
+
+
+def window_intervals(scrapes, start, end, count=20):
+    """The intervals of a window of parsed scrapes, to fit a baseline on a known-good stretch (a benchmark)
+    after it happened: ``scrapes`` is ``[(wall time, identity, samples)]`` in time order, ``identity`` the
+    server's start (an interval never spans two); of those within ``[start, end]``, about ``count``
+    intervals of equal length, each as :func:`interval` gives it with its end time as ``at``; those with
+    too few steps (idle) left out."""
+    inside = [s for s in scrapes if start <= s[0] <= end]
+    if len(inside) < 2:
+        return []
+    length = (inside[-1][0] - inside[0][0]) / count
+    out, before = [], inside[0]
+    for after in inside[1:]:
+        if after[1] != before[1]:
+            before = after
+            continue
+        seconds = after[0] - before[0]
+        if seconds >= length:
+            measured = interval(before[2], after[2], seconds)
+            if measured is not None:
+                out.append(dict(measured, at=after[0]))
+            before = after
+    return out
 
 
 def _solve(matrix, vector):

@@ -158,7 +158,8 @@ def _slowdown(slowdown: Mapping | None) -> dict | None:
                f"{loads.seconds_words(slowdown.get('held_s'))}")
     batch = base.get("batch") if isinstance(base.get("batch"), list) and len(base.get("batch")) == 2 else [None, None]
     kv = f" + {_num(base.get('c'), '.3f')} ms a unit of KV usage" if base.get("c") else ""
-    baseline = (f"fitted {slowdown.get('fitted_at') or '?'} on {base.get('intervals', '?')} intervals at batch "
+    by = f" from {slowdown['baseline_by']}" if slowdown.get("baseline_by") else ""
+    baseline = (f"fitted {slowdown.get('fitted_at') or '?'}{by} on {base.get('intervals', '?')} intervals at batch "
                 f"{_num(batch[0], '.1f')} to {_num(batch[1], '.1f')}: {_num(base.get('a'), '.2f')} ms + "
                 f"{_num(base.get('b'), '.3f')} ms a sequence{kv}, band {_num(base.get('band'), '.0%')}")
     changed = [str(c) for c in slowdown.get("changes") or []]

@@ -105,8 +105,11 @@ DEFAULTS = {
     "pcie_interval_s": 300.0, "nvidia_smi": "nvidia-smi",
     "auto_capture": False, "armed": False, "capture_after_s": 120.0, "capture_min_interval_s": 3600.0,
     "capture_s": 10.0, "capture_timeout_s": 600.0, "trace_dir": "/var/lib/vllm/traces", "ranks": 1,
-    "max_iterations": 0,
+    "max_iterations": 0, "history_s": 14400.0,
 }
+# A job's (or an operator's) request to fit the baseline on a known-good window of the scrapes the watch
+# kept (``--baseline-window``/``--baseline-last``), in the incidents directory until the watch reads it.
+BASELINE_REQUEST = "baseline-request.json"
 # What the link reading asks nvidia-smi (fields every driver has; the widths only: the generation drops
 # while a GPU idles and needs the utilization beside it, which the campaign's reading judges).
 LINK_FIELDS = ("index", "pci.bus_id", "pcie.link.width.current", "pcie.link.width.max")
@@ -541,6 +544,28 @@ class Slowdown:
             self.above_since, self.above, self.reported = None, [], False
         return self.latest
 
+    def fit_window(self, scrapes, start, end, by):
+        """The baseline fitted on the window ``[start, end]`` (wall times) of the watch's ``scrapes``
+        (:func:`step_model.window_intervals`), replacing the one it had; ``(ok, words)``. Too few intervals
+        with traffic in the window leave the baseline as it was."""
+        intervals = step_model.window_intervals(list(scrapes), start, end)
+        kept = [s for s in scrapes if start <= s[0] <= end]
+        if not kept:
+            oldest = f"{_utc(scrapes[0][0])}" if scrapes else "none yet"
+            return False, (f"no scrape of /metrics in {_utc(start)} to {_utc(end)} (the oldest kept: {oldest}): "
+                           "the baseline is left as it was")
+        try:
+            baseline = step_model.fit(intervals, self.cfg["min_band"], window=[start, end])
+        except step_model.ModelError as exc:
+            return False, f"{exc} ({len(kept)} scrapes in {_utc(start)} to {_utc(end)}): the baseline is left as it was"
+        self.record = {"baseline": baseline, "fitted_at": time.time(), "samples": intervals, "host": self.describe(),
+                       "by": by}
+        _write(self.path, json.dumps(self.record, indent=2, sort_keys=True) + "\n")
+        self.learning, self.above_since, self.above, self.reported = [], None, [], False
+        return True, (f"step-time baseline fitted on {by}'s window {_utc(start)} to {_utc(end)} "
+                      f"({baseline['intervals']} intervals): {baseline['a']:.2f} ms + {baseline['b']:.3f} ms a token "
+                      f"of batch, band {baseline['band']:.0%}")
+
     def held_s(self, now):
         """Seconds the slowdown under way has held (every judged interval above the band), or None."""
         return None if self.above_since is None else now - self.above_since[0]
@@ -554,7 +579,7 @@ class Slowdown:
             self.learning = self.learning[1:]
             return
         self.record = {"baseline": baseline, "fitted_at": time.time(), "samples": self.learning,
-                       "host": self.describe()}
+                       "host": self.describe(), "by": "the watch's first intervals with traffic"}
         _write(self.path, json.dumps(self.record, indent=2, sort_keys=True) + "\n")
         self.learning = []
         say(f"step-time baseline fitted on {baseline['intervals']} intervals: {baseline['a']:.2f} ms + "
@@ -820,6 +845,9 @@ class Watch:
         # watch's restarts: a capture waits capture_min_interval_s after either
         self.job_seen = state.get("job_seen")
         self.last_capture = state.get("last_capture")
+        # what the step model reads of each scrape, for a baseline fitted on a past window on request
+        self.scrapes = deque(maxlen=int(cfg["history_s"] / max(cfg["interval_s"], 1.0)) + 1)
+        self.baseline_request = state.get("baseline_request")
         self.last_incident = None
         self.gave_up = False
         self.export_failed = None
@@ -827,7 +855,8 @@ class Watch:
     def write_state(self, now, said):
         wall = time.time()
         state = {"updated": wall, "said": said, "stalls": self.stalls, "restarts": list(self.budget.times),
-                 "job_seen": self.job_seen, "last_capture": self.last_capture, **self.rule.state(now)}
+                 "job_seen": self.job_seen, "last_capture": self.last_capture,
+                 "baseline_request": self.baseline_request, **self.rule.state(now)}
         if self.slowdown is not None:
             state["step"] = {"latest": self.slowdown.latest, "missing": self.slowdown.missing,
                              "learning": len(self.slowdown.learning), "baseline": self.slowdown.baseline}
@@ -886,6 +915,10 @@ class Watch:
         stalled = self.rule.observe(now, props.get("InvocationID"), value)
         if self.slowdown is not None:
             self.slowdown.observe(now, wall, props.get("InvocationID"), samples)
+            if samples is not None:
+                self.scrapes.append((wall, props.get("InvocationID"),
+                                     {k: samples[k] for k in step_model.NAMES if k in samples}))
+            self.answer_baseline_request(wall)
         self.links.observe(now, value is not None and value["busy"] > 0)
         holder = lock_holder(cfg["lock_file"], wall)
         if holder:
@@ -941,6 +974,24 @@ class Watch:
         self.write_state(now, f"incident {os.path.basename(path)}: {incident['verdict']}")
         return None
 
+    def answer_baseline_request(self, wall):
+        """A request in the incidents directory to fit the baseline on a past window: read, answered (in the
+        state and the journal), removed."""
+        path = os.path.join(self.cfg["incidents_dir"], BASELINE_REQUEST)
+        if not os.path.exists(path):
+            return
+        request = _load_json(path)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        try:
+            start, end, by = float(request["from"]), float(request["to"]), str(request.get("by") or "a request")
+        except (KeyError, TypeError, ValueError):
+            ok, said, start, end, by = False, f"{path} is no request (from, to, by): ignored", None, None, None
+        else:
+            ok, said = self.slowdown.fit_window(self.scrapes, start, end, by)
+        self.baseline_request = {"at": wall, "by": by, "from": start, "to": end, "ok": ok, "said": said}
+        say(said, "info" if ok else "warning")
+
     def capture_refused(self, wall, holder):
         """Why no live capture may run now, or None: off, not armed, a job holding the lock, or a job or a
         capture within ``capture_min_interval_s``."""
@@ -983,6 +1034,7 @@ class Watch:
             "nccl_environment": nccl_environment(cfg.get("environment_files") or []), "nvidia_smi": False,
             "slowdown": {"since": since, "held_s": round(held, 1), "latest": latest, "intervals": slow.above,
                          "baseline": baseline, "fitted_at": _utc((slow.record or {}).get("fitted_at") or wall),
+                         "baseline_by": (slow.record or {}).get("by"),
                          "host_at_baseline": (slow.record or {}).get("host"), "host_now": now_host,
                          "changes": changed},
             "action": None,
@@ -1069,11 +1121,51 @@ def load_config(path):
     return cfg
 
 
+def _when(text):
+    """A time given to ``--baseline-window``: Unix seconds, or ISO 8601 (a ``Z`` or an offset; UTC without)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def request_baseline(cfg, start, end, by):
+    """Ask the running watch to fit its baseline on ``[start, end]``; the line to print: ``unchanged`` when
+    its baseline is that window's already, else ``requested``."""
+    current = _load_json(os.path.join(cfg["incidents_dir"], "baseline.json"))
+    if current.get("by") == by and (current.get("baseline") or {}).get("window") == [start, end]:
+        return f"unchanged: the baseline is {by}'s window already"
+    _write(os.path.join(cfg["incidents_dir"], BASELINE_REQUEST),
+           json.dumps({"from": start, "to": end, "by": by}, sort_keys=True) + "\n", 0o644)
+    return (f"requested: the watch fits its baseline on {by}'s window {_utc(start)} to {_utc(end)} at its next "
+            "poll (journalctl -u vllm-ops-watch says how it went)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="/usr/local/lib/vllm-ops/watch/watch.json")
+    window = parser.add_mutually_exclusive_group()
+    window.add_argument("--baseline-window", nargs=2, metavar=("FROM", "TO"),
+                        help="ask the running watch to fit its baseline on this known-good window (Unix seconds or "
+                             "ISO 8601 times) of the /metrics it kept, then exit")
+    window.add_argument("--baseline-last", type=float, metavar="SECONDS",
+                        help="the same for the last SECONDS (a benchmark that just ended)")
+    parser.add_argument("--by", default="an operator", help="who vouches for the window (a job, a person)")
     args = parser.parse_args(argv)
     cfg = load_config(args.config)
+    if args.baseline_window or args.baseline_last:
+        now = time.time()
+        try:
+            start, end = ((now - args.baseline_last, now) if args.baseline_last
+                          else tuple(_when(t) for t in args.baseline_window))
+        except ValueError as exc:
+            parser.error(f"--baseline-window: {exc}")
+        if end <= start:
+            parser.error(f"--baseline-window: {_utc(end)} is not after {_utc(start)}")
+        print(request_baseline(cfg, start, end, args.by))
+        return 0
     os.makedirs(cfg["incidents_dir"], exist_ok=True)
     watch = Watch(cfg)
     say(f"watching {cfg['unit']} at {cfg['url']}/metrics every {cfg['interval_s']:.0f} s; stall after "

@@ -156,3 +156,21 @@ def test_without_a_latency_histogram_the_pace_stands_in_and_the_gap_is_named():
     assert second["step_ms"] == pytest.approx(A_MS + B_MS * 16)
     assert sm.missing({})[:2] == ["vllm:iteration_tokens_total_count (engine steps: nothing can be judged)",
                                   "vllm:generation_tokens_total (the decode batch: nothing can be judged)"]
+
+
+def test_a_past_window_is_cut_into_intervals_within_one_start_and_its_idle_ones_left_out():
+    """window_intervals: a benchmark's window of scrapes (one every SCRAPE_S) after the fact; the scrapes
+    before and after it, a restart inside it (the counters start again) and an idle stretch give nothing."""
+    loads = [0, 0, 8, 8, 8, 8, 16, 16, 16, 16, 0, 0]
+    samples = scrapes(loads)
+    restarted = scrapes([16, 16, 16])  # a new start: its counters from 0
+    timed = [(1000 + i * SCRAPE_S, "one", s) for i, s in enumerate(samples)]
+    timed += [(timed[-1][0] + (i + 1) * SCRAPE_S, "two", s) for i, s in enumerate(restarted)]
+    start, end = timed[2][0], timed[-1][0]  # from the benchmark's first scrape to the last after the restart
+    intervals = sm.window_intervals(timed, start, end, count=len(timed))  # one scrape an interval
+    # the eight loaded intervals of the first start (the two idle at its end give too few steps), then the
+    # restart's three: none spans the two starts
+    assert [round(iv["batch"]) for iv in intervals] == [8, 8, 8, 8, 16, 16, 16, 16, 16, 16, 16]
+    assert all(iv["step_ms"] == pytest.approx(A_MS + B_MS * iv["batch"]) for iv in intervals)
+    assert [iv["at"] for iv in intervals][:1] == [timed[3][0]]
+    assert sm.window_intervals(timed, 0, 999) == [] and sm.window_intervals(timed[:1], 0, 10**6) == []

@@ -742,3 +742,57 @@ def test_what_changed_on_the_host_is_said_in_words():
         "NCCL_ALGO Ring -> (unset)", "NCCL_PROTO LL -> Simple", "GPU 1's PCIe link x16 -> x8"]
     assert w.changes(before, before) == [] and w.changes(None, after) == []
     assert w.changes({**before, "driver": None}, after)[0] == "vLLM 0.32.0 -> 0.33.0"  # unread: no change
+
+
+def test_a_baseline_is_fitted_on_a_past_window_on_request_and_a_second_request_changes_nothing(
+        monkeypatch, tmp_path):
+    """A job vouches for a window after it (the rollout's gated benchmark): --baseline-window writes the
+    request, the running watch fits on the scrapes it kept of that window, however its own learning went."""
+    host, server = Host(monkeypatch, tmp_path), Server()
+    host.cfg.update(baseline_intervals=1000, stall_s=600)  # never learned from live traffic in this test
+    watch = w.Watch(host.cfg)
+    t = 1000
+    for batch in [0, 0, *[4] * 12, *[12] * 12, *[28] * 12, 0, 0]:  # an idle stretch, then the benchmark's three loads
+        server.batch = batch
+        if batch:
+            server.advance(5.0)
+        host.metrics = server.text()
+        assert polls(watch, monkeypatch, [t]) == [None]
+        t += 5
+    assert not (host.dir / "baseline.json").exists()
+
+    said = w.request_baseline(host.cfg, 1010, 1190, "rollout r1 (its canary's gated benchmark)")
+    assert said.startswith("requested: the watch fits its baseline on rollout r1 (its canary's gated benchmark)'s "
+                           "window 1970-01-01T00:16:50Z to 1970-01-01T00:19:50Z")
+    polls(watch, monkeypatch, [t])
+    kept = json.loads((host.dir / "baseline.json").read_text())
+    # the server's steps take 8 + 0.25 * batch ms: the fit finds it from the window alone (the two intervals
+    # that straddle a change of load mix two batches, a few percent off the line)
+    assert kept["by"] == "rollout r1 (its canary's gated benchmark)" and kept["baseline"]["window"] == [1010, 1190]
+    assert kept["baseline"]["a"] == pytest.approx(8.0, rel=0.02)
+    assert kept["baseline"]["b"] == pytest.approx(0.25, rel=0.1)
+    assert kept["baseline"]["intervals"] >= 10 and not (host.dir / w.BASELINE_REQUEST).exists()
+    state = json.loads((host.dir / "watch-state.json").read_text())["baseline_request"]
+    assert state["ok"] and state["said"].startswith("step-time baseline fitted on rollout r1")
+    assert w.request_baseline(host.cfg, 1010, 1190, "rollout r1 (its canary's gated benchmark)") == (
+        "unchanged: the baseline is rollout r1 (its canary's gated benchmark)'s window already")
+
+    # a window the watch kept nothing of leaves the baseline as it was, and says why
+    w.request_baseline(host.cfg, 100, 200, "an operator")
+    polls(watch, monkeypatch, [t + 5])
+    state = json.loads((host.dir / "watch-state.json").read_text())["baseline_request"]
+    assert not state["ok"] and state["said"].startswith("no scrape of /metrics in 1970-01-01T00:01:40Z to ")
+    assert json.loads((host.dir / "baseline.json").read_text())["by"] == "rollout r1 (its canary's gated benchmark)"
+
+
+def test_the_window_cli_takes_unix_or_iso_times_and_refuses_a_window_that_ends_before_it_starts(tmp_path, capsys):
+    config = tmp_path / "watch.json"
+    config.write_text(json.dumps({"incidents_dir": str(tmp_path)}))
+    assert w.main(["--config", str(config), "--baseline-window", "2026-12-05T10:00:00Z", "2026-12-05T10:10:00",
+                   "--by", "the tune t1"]) == 0
+    request = json.loads((tmp_path / w.BASELINE_REQUEST).read_text())
+    start = 1796464800.0  # 2026-12-05T10:00:00Z, as date -d says
+    assert request == {"from": start, "to": start + 600, "by": "the tune t1"}
+    with pytest.raises(SystemExit):
+        w.main(["--config", str(config), "--baseline-window", "1000", "900"])
+    assert "is not after" in capsys.readouterr().err
