@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAULT_DIR, FIRST, SECOND, THIRD, rollout
-from testlib import UNIT, run_playbook, start_playbook, wait_for
+from testlib import INCIDENTS, UNIT, run_playbook, start_playbook, wait_for
 
 UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
 ENV_FILE = f"/etc/vllm/{UNIT}.env"
@@ -203,6 +203,16 @@ def test_a_good_change_reaches_every_host_with_each_canarys_figures_and_downtime
                 assert point[key]["change_pct"] == pytest.approx(change, abs=5e-4), (key, point["concurrency"])
                 assert point[key]["noise_pct"] == pytest.approx(noise, abs=5e-4), (key, point["concurrency"])
         assert gate["line"] in report["headline"]
+    # each canary's watch was asked to fit its baseline on its gated benchmark, and answered (the sandbox's
+    # benchmark is seconds long: whether it had enough traffic to fit on is the watch's to say); the fleet's not
+    for name in (FIRST, SECOND, THIRD):
+        state = json.loads(hosts[name].host.file(f"{INCIDENTS}/watch-state.json").content_string)
+        asked = state.get("baseline_request") or {}
+        if name == THIRD:
+            assert not asked, asked
+        else:
+            assert asked["by"].startswith("rollout ") and asked["by"].endswith("'s gated benchmark"), asked
+            assert asked["said"] and asked["to"] - asked["from"] > 0, asked
     headline = last_result(play, "Print the rollout's headline")["msg"]
     assert headline.startswith(f"{report['headline']} ({directory}/report.md)")
     assert report["headline"].startswith(f"rollout {directory.name}: 3/3 hosts on the change "
