@@ -1016,7 +1016,7 @@ class Watch:
         the host since it), then the live capture when one may run. One an episode."""
         cfg, slow, wall = self.cfg, self.slowdown, time.time()
         slow.reported = True
-        latest, baseline = slow.latest, slow.baseline
+        latest, baseline = slow.above[-1], slow.baseline  # the last judged interval above the band
         stamp = datetime.fromtimestamp(wall, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         path = os.path.join(cfg["incidents_dir"], stamp)
         os.makedirs(path, exist_ok=True)

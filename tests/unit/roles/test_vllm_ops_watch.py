@@ -796,3 +796,29 @@ def test_the_window_cli_takes_unix_or_iso_times_and_refuses_a_window_that_ends_b
     with pytest.raises(SystemExit):
         w.main(["--config", str(config), "--baseline-window", "1000", "900"])
     assert "is not after" in capsys.readouterr().err
+
+
+def test_an_interval_it_cannot_judge_neither_ends_a_slowdown_nor_stands_for_it(monkeypatch, tmp_path):
+    """A load the baseline predicts nothing for (its prediction under 0) inside a held slowdown: the slowdown
+    holds on, and its incident gives the last interval that was judged, not the one that was not."""
+    host, server = Host(monkeypatch, tmp_path), Server()
+    host.cfg.update(baseline_intervals=10, stall_s=600, capture_after_s=120)
+    watch = w.Watch(host.cfg)
+    t = baseline_then(watch, host, server, monkeypatch)
+    t = serve(watch, host, server, monkeypatch, [16], t, slower=1.3)
+    judged = w.step_model.residual
+
+    def not_judged(baseline, measured):
+        raise w.step_model.ModelError("the baseline predicts -1 ms at batch 16")
+
+    monkeypatch.setattr(w.step_model, "residual", not_judged)
+    t = serve(watch, host, server, monkeypatch, [16], t, slower=1.3)
+    assert "unjudged" in watch.slowdown.latest
+    # two minutes since the first slow interval began: the incident, from the one interval judged
+    (incident,) = host.incidents()
+    assert incident["slowdown"]["held_s"] == 120 and len(incident["slowdown"]["intervals"]) == 1
+    assert incident["verdict"].startswith("decode steps +30% at the same load (batch 16.0: 15.60 ms ")
+    assert incident["slowdown"]["latest"]["residual"] == pytest.approx(0.3)
+    monkeypatch.setattr(w.step_model, "residual", judged)
+    serve(watch, host, server, monkeypatch, [16], t, slower=1.3)
+    assert len(host.incidents()) == 1  # the same slowdown, held on: no second incident
