@@ -163,6 +163,9 @@ def _slowdown(slowdown: Mapping | None) -> dict | None:
                 f"{_num(batch[0], '.1f')} to {_num(batch[1], '.1f')}: {_num(base.get('a'), '.2f')} ms + "
                 f"{_num(base.get('b'), '.3f')} ms a sequence{kv}, band {_num(base.get('band'), '.0%')}")
     changed = [str(c) for c in slowdown.get("changes") or []]
+    if not changed and not slowdown.get("host_at_baseline"):
+        changed = ["not known: the baseline was fitted before the watch kept what the host was (remove the host's "
+                   "baseline.json for a new one)"]
     return {"figures": figures, "baseline": baseline, "changes": changed or [UNCHANGED]}
 
 

@@ -114,3 +114,37 @@ def test_bad_input_is_one_line_and_an_unfinished_restart_says_so(tmp_path, capsy
           an_incident("20261204T100000Z", {"taken": "restart", "ok": None, "old_main_pid": 10}))
     assert incidents.main(["report", str(tmp_path)]) == 0
     assert "restart under way (main PID 10) when fetched: fetch again for its outcome" in capsys.readouterr().out
+
+
+def a_slowdown(time, host_at_baseline, changes, action):
+    return {"schema": "vllm-ops/incident/2", "kind": "slowdown", "time": time, "stall": None, "processes": [],
+            "verdict": "decode steps +30% at the same load (batch 16.0: 15.60 ms against the baseline's 12.00)",
+            "nccl_environment": {"NCCL_PROTO": "LL"}, "action": action,
+            "slowdown": {"since": "2026-12-05T10:00:00Z", "held_s": 125.0,
+                         "latest": {"step_ms": 15.6, "expected_ms": 12.0, "residual": 0.3, "band": 0.1, "batch": 16.0},
+                         "baseline": {"a": 8.0, "b": 0.25, "c": 0.0, "band": 0.1, "intervals": 10, "batch": [4, 28]},
+                         "fitted_at": "2026-12-05T09:00:00Z", "baseline_by": "rollout r1's gated benchmark",
+                         "host_at_baseline": host_at_baseline, "host_now": host_at_baseline, "changes": changes}}
+
+
+def test_a_slowdown_is_reported_with_its_baseline_what_changed_and_why_nothing_was_captured(tmp_path, capsys):
+    h1 = tmp_path / "h1" / "incidents"
+    off = {"taken": "none", "why": "automatic capture is off (vllm_watch_auto_capture)"}
+    write(h1 / "20261205T100200Z", "incident.json",
+          a_slowdown("20261205T100200Z", {"vllm_version": "0.33.0"}, ["NCCL_PROTO LL -> Simple"], off))
+    write(h1 / "20261205T120200Z", "incident.json", a_slowdown("20261205T120200Z", None, [], off))
+    assert incidents.main(["report", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith(
+        "2 incident(s) on 1 of 1 host(s): 2 slowdown(s), 0 captured, 2 recorded only; newest h1 20261205T120200Z: "
+        "decode steps +30%")
+    report = (tmp_path / "incidents.md").read_text()
+    assert report.count("## h1 2026120") == 2 and "20261205T100200Z: a slowdown" in report
+    assert ("- **The slowdown**: step 15.60 ms at batch 16.0, the baseline's 12.00 ms at that batch: +30% (band 10%), "
+            "since 2026-12-05T10:00:00Z, held 2.1 min") in report  # the loads' words for 125 s
+    assert ("- **The baseline**: fitted 2026-12-05T09:00:00Z from rollout r1's gated benchmark on 10 intervals at "
+            "batch 4.0 to 28.0: 8.00 ms + 0.250 ms a sequence, band 10%") in report
+    assert "- **What changed on the host since the baseline**: NCCL_PROTO LL -> Simple" in report
+    # a baseline from before the watch kept the host's fingerprint: not known, rather than "nothing"
+    assert "- **What changed on the host since the baseline**: not known: the baseline was fitted before" in report
+    assert report.count("- **Live capture**: none: automatic capture is off (vllm_watch_auto_capture)") == 2
+    assert "| process |" not in report  # a slowdown has no process table
