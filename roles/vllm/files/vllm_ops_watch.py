@@ -435,12 +435,18 @@ def prune(incidents_dir, keep, max_bytes):
     return removed
 
 
+def incident_dir(cfg, wall):
+    """A new incident's name (its UTC time, as the controller reads it) and its directory, made."""
+    stamp = datetime.fromtimestamp(wall, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = os.path.join(cfg["incidents_dir"], stamp)
+    os.makedirs(path, exist_ok=True)
+    return stamp, path
+
+
 def collect(cfg, props, metrics_text, stall, now=None):
     """Write an incident's evidence and ``incident.json`` (its verdict, ``action`` still to be set by
     the caller) under ``incidents_dir/<UTC time>/``; return (directory, incident)."""
-    stamp = datetime.fromtimestamp(now or time.time(), timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = os.path.join(cfg["incidents_dir"], stamp)
-    os.makedirs(path, exist_ok=True)
+    stamp, path = incident_dir(cfg, now or time.time())
     main_pid = int(props.get("MainPID") or 0)
     processes = [process_evidence(pid, main_pid, cfg["py_spy"]) for pid in cgroup_pids(props.get("ControlGroup"))]
     for p in processes:
@@ -558,13 +564,18 @@ class Slowdown:
             baseline = step_model.fit(intervals, self.cfg["min_band"], window=[start, end])
         except step_model.ModelError as exc:
             return False, f"{exc} ({len(kept)} scrapes in {_utc(start)} to {_utc(end)}): the baseline is left as it was"
-        self.record = {"baseline": baseline, "fitted_at": time.time(), "samples": intervals, "host": self.describe(),
-                       "by": by}
-        _write(self.path, json.dumps(self.record, indent=2, sort_keys=True) + "\n")
-        self.learning, self.above_since, self.above, self.reported = [], None, [], False
+        self.keep(baseline, intervals, by)
         return True, (f"step-time baseline fitted on {by}'s window {_utc(start)} to {_utc(end)} "
                       f"({baseline['intervals']} intervals): {baseline['a']:.2f} ms + {baseline['b']:.3f} ms a token "
                       f"of batch, band {baseline['band']:.0%}")
+
+    def keep(self, baseline, samples, by):
+        """A fitted baseline kept (``baseline.json``, with the intervals it was fitted on, the host as it is now
+        and who vouched for them); what was being learned and any slowdown under way start again from it."""
+        self.record = {"baseline": baseline, "fitted_at": time.time(), "samples": samples, "host": self.describe(),
+                       "by": by}
+        _write(self.path, json.dumps(self.record, indent=2, sort_keys=True) + "\n")
+        self.learning, self.above_since, self.above, self.reported = [], None, [], False
 
     def held_s(self, now):
         """Seconds the slowdown under way has held (every judged interval above the band), or None."""
@@ -578,10 +589,7 @@ class Slowdown:
             say(f"no step-time baseline yet: {exc}", "warning")
             self.learning = self.learning[1:]
             return
-        self.record = {"baseline": baseline, "fitted_at": time.time(), "samples": self.learning,
-                       "host": self.describe(), "by": "the watch's first intervals with traffic"}
-        _write(self.path, json.dumps(self.record, indent=2, sort_keys=True) + "\n")
-        self.learning = []
+        self.keep(baseline, self.learning, "the watch's first intervals with traffic")
         say(f"step-time baseline fitted on {baseline['intervals']} intervals: {baseline['a']:.2f} ms + "
             f"{baseline['b']:.3f} ms a token of batch, band {baseline['band']:.0%}")
 
@@ -1017,9 +1025,7 @@ class Watch:
         cfg, slow, wall = self.cfg, self.slowdown, time.time()
         slow.reported = True
         latest, baseline = slow.above[-1], slow.baseline  # the last judged interval above the band
-        stamp = datetime.fromtimestamp(wall, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        path = os.path.join(cfg["incidents_dir"], stamp)
-        os.makedirs(path, exist_ok=True)
+        stamp, path = incident_dir(cfg, wall)
         _write(os.path.join(path, "metrics.txt"), metrics_text or "(no answer)")
         now_host = fingerprint(cfg, self.links)
         changed = changes((slow.record or {}).get("host"), now_host)
