@@ -10,6 +10,10 @@ The suites named by ``--busy`` keep a CPU busy the whole time they run (pytest i
 real vLLM's CPU loads): two of them side by side took twice as long each, measured, so a lane that
 frees takes the longest suite that will not put two busy ones together, and a busy one beside another
 only when nothing else is left.
+The suites named by ``--idle`` leave the CPUs idle most of their run (a Molecule scenario whose tests
+sleep through a watch's stall time, a Prometheus rule's ``for``, an idle service's two minutes): they
+run one after another in a lane of their own beside the others, from the start, where in a shared lane
+they would hold it for minutes of idle CPUs.
 Every command's output goes to DIR/NAME.log; a line is printed when one starts, when one ends
 (``cost: NAME N s``), and every minute while any runs. A failed command does not stop the others, so
 that one run shows every failure (``--fail-fast``: after a failure no new command starts); the failed
@@ -58,6 +62,7 @@ class Job:
     started: float | None = None
     seconds: float | None = None
     busy: bool = False
+    idle: bool = False
 
 
 def parse_job(text: str) -> Job:
@@ -84,8 +89,9 @@ def pick(queue: list[Job], running: list[Job]) -> int:
 def plan(jobs: list[Job], lanes: int) -> list[list[str]]:
     """The lanes the jobs would run in, by their weights as if each took exactly its weight: each next
     job to the lane that frees first, chosen by :func:`pick` (what :func:`run` does with measured
-    time): for the printed plan and its test."""
-    queue, out = order(jobs), [[] for _ in range(lanes)]
+    time), and the idle ones in a lane of their own after those: for the printed plan and its test."""
+    idle = [j.name for j in order(jobs) if j.idle]
+    queue, out = [j for j in order(jobs) if not j.idle], [[] for _ in range(lanes)]
     free_at: list[float] = [0.0] * lanes
     current: list[Job | None] = [None] * lanes
     while queue:
@@ -95,7 +101,7 @@ def plan(jobs: list[Job], lanes: int) -> list[list[str]]:
         job = queue.pop(pick(queue, running))
         current[i], free_at[i] = job, now + job.weight
         out[i].append(job.name)
-    return out
+    return out + ([idle] if idle else [])
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
@@ -155,19 +161,24 @@ def cost_table(jobs: list[Job]) -> str:
 
 def run(jobs: list[Job], lanes: int, logs: Path, fail_fast: bool = False) -> int:
     logs.mkdir(parents=True, exist_ok=True)
-    queue = order(jobs)
+    queue = [j for j in order(jobs) if not j.idle]
+    idle = [j for j in order(jobs) if j.idle]
     lock, failed = threading.Lock(), threading.Event()
     t0 = time.monotonic()
 
     def say(text: str) -> None:
         print(f"lanes: {text}", flush=True)
 
-    def lane(index: int) -> None:
+    def lane(index: int, own: list[Job] | None = None) -> None:
+        """A lane takes the next job of the shared queue, or of ``own`` (the idle lane's)."""
         while True:
             with lock:
-                if not queue or failed.is_set():
+                if failed.is_set() or not (queue if own is None else own):
                     return
-                job = queue.pop(pick(queue, [j for j in jobs if j.started is not None and j.seconds is None]))
+                if own is None:
+                    job = queue.pop(pick(queue, [j for j in jobs if j.started is not None and j.seconds is None]))
+                else:
+                    job = own.pop(0)
                 job.started = time.monotonic()
             job.log = logs / f"{job.name}.log"
             say(f"{job.name} started in lane {index + 1} (log {job.log})")
@@ -181,6 +192,8 @@ def run(jobs: list[Job], lanes: int, logs: Path, fail_fast: bool = False) -> int
                 failed.set()
 
     threads = [threading.Thread(target=lane, args=(i,), daemon=True) for i in range(lanes)]
+    if idle:
+        threads.append(threading.Thread(target=lane, args=(lanes, idle), daemon=True))
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
@@ -190,7 +203,7 @@ def run(jobs: list[Job], lanes: int, logs: Path, fail_fast: bool = False) -> int
         if running:
             say(f"{time.monotonic() - t0:.0f} s: running " + ", ".join(
                 f"{j.name} ({time.monotonic() - j.started:.0f} s)" for j in running)
-                + (f"; {len(queue)} waiting" if queue else ""))
+                + (f"; {len(queue) + len(idle)} waiting" if queue or idle else ""))
     bad = [j for j in jobs if j.rc not in (0, None)]
     for job in bad:
         print(f"\n===== {job.name} failed (exit {job.rc}); the last {TAIL_LINES} lines of {job.log} =====\n"
@@ -216,13 +229,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="start no new command after one fails (the running ones finish)")
     parser.add_argument("--busy", default="", metavar="NAME[,NAME...]",
                         help="commands that keep a CPU busy throughout: never two at once while another is left")
+    parser.add_argument("--idle", default="", metavar="NAME[,NAME...]",
+                        help="commands that leave the CPUs idle most of their run: one after another in a lane of "
+                             "their own, from the start")
     parser.add_argument("jobs", nargs="+", metavar="NAME=WEIGHT=COMMAND")
     args = parser.parse_args(argv)
     jobs = [parse_job(j) for j in args.jobs]
     busy = {name for name in args.busy.split(",") if name}
+    idle = {name for name in args.idle.split(",") if name}
     for job in jobs:
-        job.busy = job.name in busy
-    lanes = max(1, min(args.lanes, len(jobs)))
+        job.busy, job.idle = job.name in busy, job.name in idle
+    lanes = max(1, min(args.lanes, len([j for j in jobs if not j.idle]) or 1))
     print("lanes: " + "; ".join(f"lane {i + 1}: {', '.join(names)}" for i, names in enumerate(plan(jobs, lanes)))
           + " (by the weights given; a lane takes the next when it frees)", flush=True)
     return run(jobs, lanes, args.logs, fail_fast=args.fail_fast)

@@ -41,6 +41,21 @@ def test_the_lanes_start_a_waiting_suite_beside_a_busy_one(tmp_path, capsys):
     assert started == ["b1", "w", "b2"]
 
 
+def test_an_idle_suite_runs_in_a_lane_of_its_own_from_the_start(tmp_path, capsys):
+    jobs = ["long=9=sleep 0.4", "short=1=true", "idle=5=sleep 0.2", "idle2=4=true"]
+    parsed = [parse_job(t) for t in jobs]
+    for job in parsed:
+        job.idle = job.name.startswith("idle")
+    assert plan(parsed, 1) == [["long", "short"], ["idle", "idle2"]]
+    assert main(["--lanes", "1", "--idle", "idle,idle2", "--logs", str(tmp_path), *jobs]) == 0
+    out = capsys.readouterr().out
+    started = [line.split() for line in out.splitlines() if " started in lane " in line]
+    # the one shared lane takes long, then short; the idle lane (2) starts idle at once, beside long
+    assert {words[1] for words in started[:2]} == {"long", "idle"}
+    assert {words[1]: words[5] for words in started} == {"long": "1", "short": "1", "idle": "2", "idle2": "2"}
+    assert out.index("cost: idle ") < out.index("cost: long ") and "4 of 4 passed" in out
+
+
 def test_every_job_logs_to_its_file_and_its_cost_is_printed(tmp_path, capsys):
     assert main(["--lanes", "2", "--logs", str(tmp_path), "one=2=echo first", "two=1=echo second >&2"]) == 0
     out = capsys.readouterr().out
