@@ -15,6 +15,7 @@ import requests
 
 from standin_support import (
     FENCE_DIR,
+    ROOT,
     VLLM,
     WAIT_S,
     alive,
@@ -628,6 +629,39 @@ def test_the_fence_refuses_the_profiler_to_other_clients_and_passes_the_rest(ser
     assert server.post("/start_profile").status_code == 200
     assert server.post("/stop_profile", timeout=60).status_code == 200
     assert re.search(rf'{re.escape(outside)}:\d+ - "POST /start_profile HTTP/1.1" 403', server.log())
+
+
+def test_the_traffic_recorder_behind_the_fence_sees_each_request_and_its_answer(server, tmp_path):
+    """Both middlewares as the vllm role loads them (the fence outermost): the recorder gets the request's
+    body and the endpoint's response, whole or streamed, and the stand-in's /tokenize for the prompt's ids."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "vllm_ops_traffic.py").symlink_to(ROOT / "plugins" / "module_utils" / "traffic.py")
+    recordings = tmp_path / "traffic"
+    server.start("--served-model-name", "kimi", "--middleware", "vllm_ops_fence.LoopbackFence",
+                 "--middleware", "vllm_ops_traffic.TrafficRecorder",
+                 env={"PYTHONPATH": f"{FENCE_DIR}:{lib}", "VLLM_OPS_TRAFFIC_DIR": str(recordings),
+                      "VLLM_OPS_TRAFFIC_BLOCK": "2"})
+    server.wait_ready()
+    shared = "one two three four"
+    whole = server.post("/v1/completions", json={"model": "kimi", "prompt": f"{shared} five", "max_tokens": 3})
+    assert whole.status_code == 200 and whole.json()["usage"]["completion_tokens"] == 3
+    streamed = server.post("/v1/completions", json={"model": "kimi", "prompt": f"{shared} six seven",
+                                                    "max_tokens": 4, "stream": True})
+    assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+    tokens = server.post("/tokenize", json={"prompt": shared}).json()
+    assert tokens["count"] == 4 and len(set(tokens["tokens"])) == 4
+
+    def lines():
+        return [json.loads(line) for path in sorted(recordings.glob("traffic-*.jsonl"))
+                for line in path.read_text().splitlines()]
+
+    wait_for(lambda: len(lines()) == 2, what="two recorded requests")
+    first, second = lines()
+    assert (first["input_length"], first["output_length"], first["stream"]) == (5, 3, False)
+    assert (second["input_length"], second["output_length"], second["stream"]) == (6, 4, True)
+    assert first["hash_ids"][:2] == second["hash_ids"][:2] and first["hash_ids"][2] != second["hash_ids"][2]
+    assert "one" not in "".join(p.read_text() for p in recordings.iterdir())
 
 
 def test_a_middleware_that_cannot_be_imported_fails_after_the_load(server):

@@ -160,12 +160,15 @@ class Generation:
         handler.send_header("content-type", "text/event-stream; charset=utf-8")
         handler.send_header("transfer-encoding", "chunked")
         handler.end_headers()
+        handler.mirror({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
 
         def send(obj):
             data = ("data: " + (obj if isinstance(obj, str) else json.dumps(obj))
                     + "\n\n").encode()
             handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             handler.wfile.flush()
+            handler.mirror({"type": "http.response.body", "body": data, "more_body": True})
 
         base = {"id": self.ident, "object": "text_completion", "created": self.created,
                 "model": self.app["model_name"]}
@@ -184,3 +187,4 @@ class Generation:
                   "system_fingerprint": FINGERPRINT})
         send("[DONE]")
         handler.wfile.write(b"0\r\n\r\n")
+        handler.mirror({"type": "http.response.body", "body": b"", "more_body": False})

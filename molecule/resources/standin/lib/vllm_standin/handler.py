@@ -9,6 +9,7 @@ import json
 import re
 import time
 import uuid
+import zlib
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 
@@ -19,12 +20,15 @@ from vllm_standin.logs import log, uvicorn_log
 from vllm_standin.traces import write_frontend_trace
 
 PROTECTED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+VOCABULARY = 163840  # Kimi-K2.5's vocabulary size: the stand-in's token ids stay below it
 
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "uvicorn"
     sys_version = ""
+    body = None  # the request's body once read for the --middleware chain
+    mirrored = None  # the response's ASGI messages while an endpoint answers inside that chain
 
     # -- plumbing ---------------------------------------------------------
     def log_message(self, fmt, *args):
@@ -48,14 +52,20 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        self.mirror({"type": "http.response.start", "status": status,
+                     "headers": [(b"content-type", ctype.encode()), (b"content-length", str(len(body)).encode())]})
+        self.mirror({"type": "http.response.body", "body": body})
 
     def error(self, status, message, etype, param=None):
         self.reply(status, {"error": {"message": sanitize_message(message), "type": etype,
                                       "param": param, "code": status}})
 
     def read_json(self, optional=False):
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        if self.body is not None:  # read already, for the middlewares
+            raw = self.body
+        else:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
         if not raw.strip() and optional:
             return {}
         try:
@@ -78,44 +88,50 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(401, {"error": "Unauthorized"})
         return False
 
-    def through_middlewares(self):
-        """Run the request's scope through each --middleware (outermost first, as vLLM adds
-        them last); False when one answered it itself. Modelled: gatekeeper middlewares, which
-        either pass the scope on or answer; the answer is written as the middleware sent it."""
-        for middleware in self.server.app["middlewares"]:
-            state = {"passed": False}
-            sent = []
-            path, _, query = self.path.partition("?")
-            scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": self.command,
-                     "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query.encode(),
-                     "root_path": "", "client": tuple(self.client_address[:2]),
-                     "server": tuple(self.server.server_address[:2]),
-                     "headers": [(k.lower().encode(), v.encode()) for k, v in self.headers.items()],
-                     "extensions": {"vllm_standin": state}}
+    def mirror(self, message):
+        """An ASGI message of the response being written, for the --middleware chain to see."""
+        if self.mirrored is not None:
+            self.mirrored.append(message)
 
-            async def receive():
-                return {"type": "http.request", "body": b"", "more_body": False}
+    def through_middlewares(self, method):
+        """The request through the --middleware chain (outermost first, as vLLM adds them last), the
+        endpoint innermost: a middleware may answer itself (the fence's 403, written as it sent it) or
+        pass the request on, and sees its body and the endpoint's response as ASGI messages (the
+        response is written to the client as the endpoint makes it, and passed up the chain after)."""
+        state = {"passed": False, "handler": self, "method": method}
+        sent = []
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("content-length") or 0)
+        self.body = self.rfile.read(length) if length else b""
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": self.command,
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query.encode(),
+                 "root_path": "", "client": tuple(self.client_address[:2]),
+                 "server": tuple(self.server.server_address[:2]),
+                 "headers": [(k.lower().encode(), v.encode()) for k, v in self.headers.items()],
+                 "extensions": {"vllm_standin": state}}
+        body = [{"type": "http.request", "body": self.body, "more_body": False}]
 
-            async def send(message, sent=sent):
-                sent.append(message)
+        async def receive():
+            return body.pop(0) if body else {"type": "http.disconnect"}
 
-            asyncio.run(middleware(scope, receive, send))
-            if state["passed"]:
-                continue
-            start = next((m for m in sent if m["type"] == "http.response.start"), None)
-            if start is None:
-                self.reply(500, "Internal Server Error", "text/plain")
-                return False
-            self.send_response(start["status"])
-            for key, value in start.get("headers", []):
-                self.send_header(key.decode(), value.decode())
-            self.end_headers()
-            self.wfile.write(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
-            return False
-        return True
+        async def send(message):
+            sent.append(message)
 
-    def route(self, method):
-        if not self.through_middlewares() or not self.authorized():
+        asyncio.run(self.server.app["middlewares"][0](scope, receive, send))
+        if state["passed"]:
+            return
+        start = next((m for m in sent if m["type"] == "http.response.start"), None)
+        if start is None:
+            self.reply(500, "Internal Server Error", "text/plain")
+            return
+        self.send_response(start["status"])
+        for key, value in start.get("headers", []):
+            self.send_header(key.decode(), value.decode())
+        self.end_headers()
+        self.wfile.write(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+
+    def dispatch(self, method):
+        if not self.authorized():
             return
         path = self.path.split("?")[0]
         routes = self.server.app["routes"]
@@ -126,6 +142,13 @@ class Handler(BaseHTTPRequestHandler):
         else:
             getattr(self, routes[path][method])()
 
+    def route(self, method):
+        self.body, self.mirrored = None, None
+        if self.server.app["middlewares"]:
+            self.through_middlewares(method)
+        else:
+            self.dispatch(method)
+
     def do_GET(self):
         self.route("GET")
 
@@ -135,6 +158,22 @@ class Handler(BaseHTTPRequestHandler):
     # -- endpoints ----------------------------------------------------------
     def health(self):
         self.reply(503 if self.server.app["engine"].dead.is_set() else 200, b"", "")
+
+    def tokenize(self):
+        """vLLM's /tokenize: a prompt's (or chat messages') token ids, one a word here, as the stand-in
+        counts a prompt's tokens (each word's id fixed by its text)."""
+        body = self.read_json()
+        if body is None:
+            return
+        if isinstance(body.get("messages"), list):
+            text = " ".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
+        elif isinstance(body.get("prompt"), str):
+            text = body["prompt"]
+        else:
+            return self.error(400, "prompt must be a string", "BadRequestError", "prompt")
+        tokens = [zlib.crc32(word.encode()) % VOCABULARY for word in text.split()]
+        self.reply(200, {"count": len(tokens), "max_model_len": self.server.app["max_model_len"],
+                         "tokens": tokens, "token_strs": None})
 
     def version(self):
         self.reply(200, {"version": VERSION})
@@ -243,6 +282,7 @@ def routes(profiler_on):
     table = {
         "/health": {"GET": "health"},
         "/version": {"GET": "version"},
+        "/tokenize": {"POST": "tokenize"},
         "/v1/models": {"GET": "models"},
         "/v1/completions": {"POST": "completions"},
         "/metrics": {"GET": "metrics"},
@@ -264,18 +304,32 @@ def sanitize_message(message):
 
 
 async def _inner_app(scope, receive, send):
-    """What a --middleware calls to pass a request on: marks it passed (the Handler answers)."""
-    scope["extensions"]["vllm_standin"]["passed"] = True
+    """The app inside the --middleware chain: the endpoint answers (writing to the client), and what it
+    wrote goes up the chain as ASGI messages."""
+    state = scope["extensions"]["vllm_standin"]
+    handler = state["handler"]
+    state["passed"], handler.mirrored = True, []
+    body = b""
+    while True:  # the body as the app reads it, through every middleware's receive
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    handler.body = body
+    handler.dispatch(state["method"])
+    for message in handler.mirrored:
+        await send(message)
 
 
 def load_middlewares(paths):
-    """vLLM's --middleware: IMPORT.PATH of an ASGI class, built once around the app."""
-    out = []
-    for path in paths:
+    """vLLM's --middleware: IMPORT.PATH of an ASGI class each, built once around the app, the first
+    outermost; [] without any, else [the chain]."""
+    app = _inner_app
+    for path in reversed(paths):
         module_name, _, attr = path.rpartition(".")
         module = importlib.import_module(module_name)
         obj = getattr(module, attr)
         if not inspect.isclass(obj):
             raise ValueError(f"stand-in models class middlewares only, not {path!r}")
-        out.append(obj(_inner_app))
-    return out
+        app = obj(app)
+    return [app] if paths else []
