@@ -62,6 +62,10 @@ def read_metrics(url, timeout_s=10.0):
         return None
 
 
+# The header every request of the project's own carries (plugins/module_utils/traffic.py OWN_HEADER).
+OWN_LOAD_HEADER = "x-vllm-ops-job=vllm-bench"
+
+
 def bench_argv(params):
     """The ``vllm bench serve`` command line for one point of an experiment.
 
@@ -76,6 +80,8 @@ def bench_argv(params):
         "--base-url", params["base_url"],
         "--model", params["model"],
         "--tokenizer", params["tokenizer"],
+        # the project's own load, which the traffic recorder counts and does not record
+        "--header", OWN_LOAD_HEADER,
     ]
     if params.get("dataset_path"):
         argv += ["--dataset-name", "custom", "--dataset-path", params["dataset_path"],

@@ -11,7 +11,7 @@ description:
   - Runs C(EXECUTABLE serve --help=all) (the release about to run, not the one serving) and fails,
     naming each one, when an argument of O(argv) is not one it lists, or a field of its
     C(--profiler-config) (JSON or dotted) is not a field of its C(ProfilerConfig).
-  - When O(argv) passes C(--middleware MODULE.CLASS) for a module in O(fence_dir), imports it with the
+  - For each C(--middleware MODULE.CLASS) of O(argv) whose module is in O(fence_dir), imports it with the
     release's own Python (the interpreter the executable's first line names) and fails when it does not import.
   - The help of a release is kept in O(cache_dir) under a digest of the release's files and the
     environment (module_utils/vllm_serve_help_lib.py release_fingerprint), and the next switch to the same
@@ -125,20 +125,25 @@ def run(argv, env, timeout_s):
 
 
 def fence_problem(argv, fence_dir, executable, env, timeout_s):
-    """Whether the release's Python imports the --middleware the unit passes from fence_dir."""
-    if "--middleware" not in argv or not fence_dir:
+    """Whether the release's Python imports each --middleware the unit passes from fence_dir (the loopback
+    fence, the traffic recorder): the first that does not, said, or None."""
+    if not fence_dir:
         return None
-    target = argv[argv.index("--middleware") + 1] if argv.index("--middleware") + 1 < len(argv) else ""
-    module_name, _, class_name = target.rpartition(".")
-    if not module_name or not os.path.exists(os.path.join(fence_dir, module_name + ".py")):
-        return None
-    python = executable_python(executable)
-    code = "import sys; sys.path.insert(0, %r); import %s as m; getattr(m, %r)" % (fence_dir, module_name, class_name)
-    rc, out = run([python, "-c", code], env, timeout_s)
-    if rc == 0:
-        return None
-    last = (out or "").strip().splitlines()[-1:] or ["no output"]
-    return "--middleware %s does not import with this release's Python (%s): %s" % (target, python, last[0])
+    for at, arg in enumerate(argv[:-1]):
+        if arg != "--middleware":
+            continue
+        target = argv[at + 1]
+        module_name, class_name = target.rpartition(".")[::2]
+        if not module_name or not os.path.exists(os.path.join(fence_dir, module_name + ".py")):
+            continue
+        python = executable_python(executable)
+        code = "import sys; sys.path.insert(0, %r); import %s as m; getattr(m, %r)" % (
+            fence_dir, module_name, class_name)
+        rc, out = run([python, "-c", code], env, timeout_s)
+        if rc != 0:
+            last = (out or "").strip().splitlines()[-1:] or ["no output"]
+            return "--middleware %s does not import with this release's Python (%s): %s" % (target, python, last[0])
+    return None
 
 
 def main():

@@ -413,11 +413,18 @@ def test_profiler_endpoints_traces_and_sigterm(server, tmp_path):
 
 
 def test_the_loopback_fence_runs_before_everything_else(server, tmp_path):
-    # --middleware with the project's fence, as the armed unit runs it: the profiler answers 403
-    # to a client that is not on loopback, before the API key is even read; the rest passes.
+    # --middleware with the project's fence and the traffic recorder, as the armed unit runs them: the
+    # profiler answers 403 to a client that is not on loopback, before the API key is even read; the rest
+    # passes, and the completions are recorded with the lengths the server gave them.
     secret = "sk-contract-fence"
-    server.env = {**server.env, "PYTHONPATH": str(FENCE_DIR), "VLLM_API_KEY": secret}
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "vllm_ops_traffic.py").symlink_to(Path(__file__).resolve().parents[2] / "plugins/module_utils/traffic.py")
+    recordings = tmp_path / "traffic"
+    server.env = {**server.env, "PYTHONPATH": f"{FENCE_DIR}:{lib}", "VLLM_API_KEY": secret,
+                  "VLLM_OPS_TRAFFIC_DIR": str(recordings), "VLLM_OPS_TRAFFIC_BLOCK": "2"}
     srv = server.start("--host", "0.0.0.0", "--middleware", "vllm_ops_fence.LoopbackFence",
+                       "--middleware", "vllm_ops_traffic.TrafficRecorder",
                        "--profiler-config", json.dumps({
                            "profiler": "torch", "torch_profiler_dir": str(tmp_path / "traces"),
                            "torch_profiler_with_stack": False, "ignore_frontend": True}))
@@ -434,6 +441,23 @@ def test_the_loopback_fence_runs_before_everything_else(server, tmp_path):
     status, body = request_from(outside, srv.port, "POST", "/v1/completions", headers=auth, body={
         "model": str(srv.model), "prompt": PROMPT, "max_tokens": 3, "stream": True})
     assert status == 200 and body.decode().rstrip().endswith("data: [DONE]"), body
+    whole = srv.post("/v1/completions", headers=auth, json={"model": str(srv.model), "prompt": PROMPT,
+                                                            "max_tokens": 5, "ignore_eos": True}).json()
+    tokens = srv.post("/tokenize", json={"model": str(srv.model), "prompt": PROMPT}).json()["tokens"]
+
+    def lines():
+        return [json.loads(line) for path in sorted(recordings.glob("traffic-*.jsonl"))
+                for line in path.read_text().splitlines()]
+
+    wait_for(lambda: len(lines()) == 2, timeout=WAIT_S, what="both completions recorded")
+    streamed, answered = sorted(lines(), key=lambda line: line["stream"], reverse=True)
+    assert answered["input_length"] == whole["usage"]["prompt_tokens"] == len(tokens)
+    assert answered["output_length"] == whole["usage"]["completion_tokens"] == 5
+    assert streamed["input_length"] == len(tokens) and 1 <= streamed["output_length"] <= 3
+    assert streamed["hash_ids"] == answered["hash_ids"] and len(answered["hash_ids"]) == -(-len(tokens) // 2)
+    sidecar = json.loads(next(recordings.glob("traffic-*.json")).read_text())
+    assert sidecar["vllm_version"] == VERSION and sidecar["errors"] == 0 and sidecar["prefix"] == "tokens"
+    assert not [word for word in PROMPT.split() if word in "".join(p.read_text() for p in recordings.iterdir())]
     assert srv.post("/start_profile", headers=auth).status_code == 200
     assert srv.post("/stop_profile", headers=auth, timeout=WAIT_S).status_code == 200
     assert re.search(rf'{re.escape(outside)}:\d+ - "POST /start_profile HTTP/1.1" 403', srv.log()), srv.tail()

@@ -248,7 +248,8 @@ def test_an_armed_server_fences_its_profiler_from_other_clients(host, play, tmp_
     assert run.rc == 0, run.output[-4000:]
     try:
         argv = host.file(f"/proc/{main_pid(host)}/cmdline").content.split(b"\0")
-        assert b"--middleware" in argv and b"vllm_ops_fence.LoopbackFence" in argv
+        assert argv[argv.index(b"--middleware") + 1] == b"vllm_ops_fence.LoopbackFence"
+        assert b"vllm_ops_traffic.TrafficRecorder" in argv  # recording, as by default
         # The container's own address: a client that is not on loopback, as any other host would be.
         outside = host.check_output("hostname -I").split()[0]
         assert not outside.startswith("127.")
@@ -295,4 +296,4 @@ def test_an_armed_server_fences_its_profiler_from_other_clients(host, play, tmp_
         run = play("playbooks/deploy.yml")
         assert run.rc == 0, run.output[-4000:]
     assert not host.file("/usr/local/lib/vllm-ops/python/vllm_ops_fence.py").exists
-    assert b"--middleware" not in host.file(f"/proc/{main_pid(host)}/cmdline").content
+    assert b"vllm_ops_fence.LoopbackFence" not in host.file(f"/proc/{main_pid(host)}/cmdline").content

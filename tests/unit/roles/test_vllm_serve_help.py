@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -289,3 +290,26 @@ def test_a_cache_that_cannot_be_written_keeps_nothing_and_the_help_is_still_read
     blocked = tmp_path / "file"
     blocked.write_text("")  # a file where the directory should be
     assert lib.cached_help(str(blocked / "cache"), "a", lambda: (0, HELP)) == (0, HELP, False)
+
+
+def test_each_middleware_of_the_command_must_import_with_the_releases_python(tmp_path):
+    """The fence and the traffic recorder both: the first that does not import is named."""
+    from ansible_collections.vllm_ops.serving.plugins.modules import vllm_serve_check as check
+
+    executable = tmp_path / "vllm"
+    executable.write_text(f"#!{os.path.realpath(sys.executable)}\n")
+    executable.chmod(0o755)
+    fence_dir = tmp_path / "python"
+    fence_dir.mkdir()
+    (fence_dir / "good_fence.py").write_text("class Fence:\n    pass\n")
+    (fence_dir / "broken_recorder.py").write_text("import no_such_module_here\n")
+    argv = [str(executable), "serve", "/m", "--middleware", "good_fence.Fence",
+            "--middleware", "broken_recorder.Recorder", "--middleware", "elsewhere.Thing"]
+    def problem(command):
+        return check.fence_problem(command, str(fence_dir), str(executable), dict(os.environ), 60)
+
+    found = problem(argv)
+    assert found.startswith("--middleware broken_recorder.Recorder does not import") and "no_such_module_here" in found
+    assert problem(argv[:5]) is None
+    (fence_dir / "broken_recorder.py").write_text("class Other:\n    pass\n")  # imports, lacks the class
+    assert "broken_recorder.Recorder" in problem(argv)

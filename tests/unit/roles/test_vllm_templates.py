@@ -143,8 +143,27 @@ def test_the_armed_environment_puts_the_fence_first_on_pythonpath(tmp_path):
 
 def test_an_unarmed_unit_has_neither_profiler_nor_fence(unit, tmp_path):
     argv = exec_start(unit)
-    assert "--profiler-config" not in argv and "--middleware" not in argv
-    assert "PYTHONPATH" not in render(tmp_path, "vllm.env.j2")
+    assert "--profiler-config" not in argv and "vllm_ops_fence.LoopbackFence" not in argv
+    quiet = exec_start(render(tmp_path, "vllm.service.j2", vllm_traffic_record=False))
+    assert "--middleware" not in quiet
+    assert "PYTHONPATH" not in render(tmp_path, "vllm.env.j2", vllm_traffic_record=False)
+
+
+def middlewares(argv):
+    return [argv[i + 1] for i, arg in enumerate(argv) if arg == "--middleware"]
+
+
+def test_the_normal_unit_records_its_traffic_and_the_armed_one_fences_it_too(unit, tmp_path):
+    assert middlewares(exec_start(unit)) == ["vllm_ops_traffic.TrafficRecorder"]
+    env = render(tmp_path, "vllm.env.j2").splitlines()
+    assert {'PYTHONPATH="/usr/local/lib/vllm-ops/python"', 'VLLM_OPS_TRAFFIC_DIR="/var/lib/vllm/traffic"',
+            'VLLM_OPS_TRAFFIC_MAX_MIB="512"', 'VLLM_OPS_TRAFFIC_BLOCK="64"'} <= set(env)
+    armed = exec_start(render(tmp_path, "vllm.service.j2", vllm_profiler_armed=True))
+    assert middlewares(armed) == ["vllm_ops_fence.LoopbackFence", "vllm_ops_traffic.TrafficRecorder"]
+    variant = exec_start(render(tmp_path, "50-variant.conf.j2", vllm_variant={"name": "s", "extra_args": []}))
+    assert middlewares(variant) == ["vllm_ops_traffic.TrafficRecorder"]
+    profiled = exec_start(render(tmp_path, "50-variant.conf.j2", vllm_profiling_enabled=True))
+    assert middlewares(profiled) == ["vllm_ops_traffic.TrafficRecorder"]
 
 
 # --- Variants: the drop-in and the variant's environment file ---
@@ -159,8 +178,11 @@ def test_a_variant_changes_the_command_after_the_normal_arguments(tmp_path):
     normal = exec_start(render(tmp_path, "vllm.service.j2", vllm_extra_args=extra))
     dropin = render(tmp_path, "50-variant.conf.j2", vllm_extra_args=extra, vllm_variant=VARIANT)
     argv = exec_start(dropin)
-    # The normal command, then the variant's arguments (argparse: the last --max-num-seqs wins).
-    assert argv == [*normal, "--speculative-config", NGRAM, "--max-num-seqs", "64"]
+    # The normal command, then the variant's arguments (argparse: the last --max-num-seqs wins), and the
+    # traffic recorder last in both.
+    recorder = ["--middleware", "vllm_ops_traffic.TrafficRecorder"]
+    assert normal[-2:] == recorder
+    assert argv == [*normal[:-2], "--speculative-config", NGRAM, "--max-num-seqs", "64", *recorder]
     assert "--profiler-config" not in argv
     assert "EnvironmentFile=/etc/vllm/vllm-kimi-k25-int4.variant.env" in dropin.splitlines()
     assert "UnsetEnvironment=NCCL_ALGO" in dropin.splitlines()

@@ -65,6 +65,7 @@ def build_bench_parser():
     parser.add_argument("--metadata", nargs="*")
     parser.add_argument("--disable-tqdm", action="store_true")
     parser.add_argument("--ready-check-timeout-sec", type=int, default=0)
+    parser.add_argument("--header", metavar="KEY=VALUE", nargs="*")
     return parser
 
 
@@ -101,6 +102,10 @@ class BenchOutput:
         self.start_time = self.client_queue_time = 0.0
 
 
+# --header KEY=VALUE: sent with every request, over the backend's own headers, as vLLM's are.
+EXTRA_HEADERS = {}
+
+
 def bench_request(url, payload, prompt_len):
     """POST one streamed completion and time it as vLLM's async_request_openai_completions
     does: TTFT at the first chunk with choices, ITLs between later ones, latency up to the last
@@ -110,6 +115,7 @@ def bench_request(url, payload, prompt_len):
     api_key = os.environ.get("OPENAI_API_KEY")
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
+    headers.update(EXTRA_HEADERS)
     parts = urllib.parse.urlsplit(url)
     conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     st = time.perf_counter()
@@ -352,6 +358,11 @@ def bench_serve(args):
         raise ValueError("--max-concurrency must be greater than 0")
     if not args.endpoint.endswith(("completions", "profile")):
         raise ValueError("OpenAI Completions API URL must end with 'completions' or 'profile'.")
+    for header in args.header or []:
+        if "=" not in header:
+            raise ValueError("Invalid header format. Please use KEY=VALUE format.")
+        key, value = header.split("=", 1)
+        EXTRA_HEADERS[key.strip()] = value.strip()
     random.seed(args.seed)
     if args.base_url is not None:
         base_url = args.base_url
