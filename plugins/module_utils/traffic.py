@@ -338,10 +338,10 @@ class Recorder:
             try:
                 item = self.queue.get(timeout=SAVE_S)
             except queue.Empty:  # idle: the sidecar brought up to date
-                self.window.save()
+                self._absorb()
                 continue
             if isinstance(item, threading.Event):
-                self.window.save()
+                self._absorb()
                 item.set()
                 continue
             try:
@@ -352,6 +352,17 @@ class Recorder:
                 if type(exc) not in self.reported:  # once a kind, to the server's journal
                     self.reported.add(type(exc))
                     sys.stderr.write("vllm-ops traffic recorder: a request not recorded: %r\n" % (exc,))
+
+    def _absorb(self):
+        """The counts of requests not written (dropped, the project's own, failed) into the open window's
+        sidecar, saved; kept for the next window while none is open."""
+        if self.window.meta is None:
+            return
+        with self.lock:
+            counts, self.pending = self.pending, dict(NO_COUNTS)
+        for key, value in counts.items():
+            self.window.meta[key] += value
+        self.window.save()
 
     def _write(self, arrival, endpoint, server, body, status, stream_events, tail):
         try:

@@ -2,6 +2,7 @@
 
 import json
 import re
+import time
 
 import pytest
 
@@ -121,3 +122,32 @@ def test_each_gpu_is_held_by_its_worker_of_the_service(host, rank):
     cgroup = host.file(f"/proc/{pid}/cgroup").content_string
     assert f"{UNIT}.service" in cgroup
     assert host.check_output(f"stat -c %U /proc/{pid}") == "vllm"
+
+
+def test_the_service_records_the_shape_of_what_it_serves_and_nothing_of_its_words(host):
+    """The traffic recorder, on by default: a user's completion (no x-vllm-ops-job header) becomes a line
+    with its lengths; one of the project's own is counted, not recorded."""
+    directory = "/var/lib/vllm/traffic"
+    assert host.file(directory).user == "vllm" and host.file(directory).mode == 0o750
+    prompt = "quokka marmalade obsidian fjord xylophone kumquat tundra"
+    body = json.dumps({"model": "kimi-k2.5", "prompt": prompt, "max_tokens": 3})
+    for header in ("", "-H 'x-vllm-ops-job: test'"):
+        answer = json.loads(host.check_output(
+            f"curl -sf {header} -H 'Content-Type: application/json' -d '{body}' http://127.0.0.1:8000/v1/completions"))
+        assert answer["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
+                                   "prompt_tokens_details": None, "completion_tokens_details": None}
+
+    def recorded():
+        text = host.check_output(f"cat {directory}/traffic-*.jsonl 2>/dev/null || true")
+        return [json.loads(line) for line in text.splitlines()]
+
+    deadline = time.monotonic() + 30
+    while not [r for r in recorded() if r["input_length"] == 7] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    mine = [r for r in recorded() if r["input_length"] == 7]
+    assert len(mine) == 1 and mine[0]["output_length"] == 3 and len(mine[0]["hash_ids"]) == 1
+    sidecars = [json.loads(host.file(path).content_string)
+                for path in host.check_output(f"ls {directory}/traffic-*.json").split()]
+    assert sum(s["own"] for s in sidecars) >= 1
+    everything = host.check_output(f"cat {directory}/*")
+    assert not [word for word in prompt.split() if word in everything]

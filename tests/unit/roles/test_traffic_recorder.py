@@ -220,6 +220,10 @@ def test_the_projects_own_load_is_counted_not_recorded(rec):
     assert rec.recorder.flush()
     records, (sidecar,) = read(rec.directory)
     assert [r["input_length"] for r in records] == [5] and sidecar["own"] == 1
+    send(middleware, "/v1/completions", {"prompt": "a"}, headers=[(b"X-vLLM-Ops-Job", b"bench")])
+    assert rec.recorder.flush()  # counted in the open window's sidecar, no request after it needed
+    records, (sidecar,) = read(rec.directory)
+    assert len(records) == 1 and sidecar["own"] == 2
 
 
 def test_other_paths_and_methods_pass_through_unrecorded(rec):
