@@ -134,8 +134,8 @@ def request_shape(endpoint, body):
         messages = body.get("messages")
         if not isinstance(messages, list):
             return fields, []
-        chat = {key: body[key] for key in ("messages", "add_generation_prompt", "continue_final_message",
-                                          "chat_template_kwargs", "tools") if key in body}
+        keys = ("messages", "add_generation_prompt", "continue_final_message", "chat_template_kwargs", "tools")
+        chat = {key: body[key] for key in keys if key in body}
         chat.setdefault("add_generation_prompt", True)
         return fields, [("chat", chat)]
     prompt = body.get("prompt")
@@ -307,7 +307,8 @@ class Recorder:
         self.thread.start()
 
     @classmethod
-    def from_environment(cls, environ=os.environ):
+    def from_environment(cls, environ=None):
+        environ = os.environ if environ is None else environ
         directory = environ.get("VLLM_OPS_TRAFFIC_DIR")
         if not directory:
             return None
