@@ -104,7 +104,8 @@ def test_a_variant_is_applied_and_removed_entirely(restored):
     env = server_environment(box)
     assert env["NCCL_PROTO"] == "LL128" and "NCCL_ALGO" not in env
     assert env["NCCL_MAX_NCHANNELS"] == "16", "the variant keeps what it does not change"
-    assert exec_start_argv(box)[-2:] == ["--max-num-seqs", "4"]
+    # the variant's arguments after the normal ones, then the traffic recorder's (on by default)
+    assert exec_start_argv(box)[-4:] == ["--max-num-seqs", "4", "--middleware", "vllm_ops_traffic.TrafficRecorder"]
     assert box.sh(f"ls {dropins}").split() == ["50-variant.conf"]
     assert box.http("/health") == 200
 
