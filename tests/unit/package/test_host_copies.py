@@ -51,7 +51,7 @@ def test_what_the_controller_reads_imports_only_the_standard_library():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm_ops_host.")}
     read |= {alias.name for path in package.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.ImportFrom) and node.module == "vllm_ops_host" for alias in node.names}
-    assert read == {"checkpoint", "loads", "vllm_fabric_lib"}
+    assert read == {"checkpoint", "loads", "traffic", "vllm_fabric_lib"}
     for name in read:
         imported = {module.split(".")[0] for module in _imports(HOST / f"{name}.py")}
         assert imported <= set(sys.stdlib_module_names) | {"__future__"}, (name, imported)
