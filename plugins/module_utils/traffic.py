@@ -441,7 +441,12 @@ class TrafficRecorder:
 
     def __init__(self, app, recorder=None):
         self.app = app
-        self.recorder = recorder if recorder is not None else Recorder.from_environment()
+        if recorder is None:
+            try:
+                recorder = Recorder.from_environment()
+            except (OSError, ValueError) as exc:  # the server starts, unrecorded, and says why
+                sys.stderr.write("vllm-ops traffic recorder: not recording: %s\n" % (exc,))
+        self.recorder = recorder
 
     async def __call__(self, scope, receive, send):
         endpoint = ENDPOINTS.get(scope.get("path")) if scope.get("type") == "http" else None

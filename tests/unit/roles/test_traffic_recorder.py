@@ -312,3 +312,12 @@ def test_without_a_directory_the_middleware_records_nothing(monkeypatch):
     app = App()
     sent = send(traffic.TrafficRecorder(app), "/v1/completions", {"prompt": "a"})
     assert sent[0]["status"] == 200 and len(app.received) == 1
+
+
+def test_a_directory_it_cannot_make_leaves_the_server_serving_unrecorded(tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("VLLM_OPS_TRAFFIC_DIR", str(tmp_path / "file" / "traffic"))
+    app = App()
+    sent = send(traffic.TrafficRecorder(app), "/v1/completions", {"prompt": "a"})
+    assert sent[0]["status"] == 200 and len(app.received) == 1
+    assert "vllm-ops traffic recorder: not recording:" in capsys.readouterr().err
