@@ -1,7 +1,7 @@
 """tune.yml on the sandbox with the vLLM stand-in (molecule/resources/standin/README.md).
 
 A communication-bound host: the stand-in's all-reduce model through its knob file, 10 ms of
-all-reduce per 15 ms decode step, NCCL_PROTO=LL128 halving it, Simple at 0.9, 8 channels at 1.3
+all-reduce per 15 ms decode step, NCCL_PROTO=LL128 halving it, Simple at 0.9, 8 channels at 1.6
 (the unit runs LL with 16). The floor's double follows the same factors, so the pre-screen must
 keep LL128 x {8, 16} and Simple x 16, the budget of two loads must go to the two LL128 ones, and the
 planted best (LL128 with 16 channels) must win the benchmark. The default host (the real H200
@@ -23,7 +23,7 @@ from testlib import FAULT_DIR, LOCK, ROOT, UNIT, assert_normal_service, run_play
 
 KNOBS = "/etc/vllm-standin.env"
 DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
-FACTORS = {("NCCL_PROTO", "LL128"): 0.5, ("NCCL_PROTO", "Simple"): 0.9, ("NCCL_MAX_NCHANNELS", "8"): 1.3}
+FACTORS = {("NCCL_PROTO", "LL128"): 0.5, ("NCCL_PROTO", "Simple"): 0.9, ("NCCL_MAX_NCHANNELS", "8"): 1.6}
 UNIT_ENV = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"}
 # The stand-in's load on this scenario's host (its host_vars), in the unit's environment beside UNIT_ENV.
 LOAD_S = yaml.safe_load((ROOT / "molecule/tune/host_vars/vllm-mol-tune.yml").read_text())["sandbox_standin_load_s"]
