@@ -224,12 +224,13 @@ def serve(server, engine, stop, url):
     """Listen and answer until ``stop`` (SIGTERM, SIGINT) or until the engine has been dead
     for VLLM_STANDIN_DEAD_GRACE_S; then shut down as uvicorn does and return 0."""
     server.server_activate()
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
-                     daemon=True).start()
     log("INFO", "api_server.py:1971", f"Starting vLLM server on {url}")
     uvicorn_log(f"Started server process [{os.getpid()}]")
     uvicorn_log("Waiting for application startup.")
     uvicorn_log("Application startup complete.")
+    # uvicorn answers only after its startup lines: a client that got /health 200 finds them in the log
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+                     daemon=True).start()
 
     grace = env_float("VLLM_STANDIN_DEAD_GRACE_S", 2.0)
     while not stop.wait(0.1):
