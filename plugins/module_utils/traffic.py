@@ -227,7 +227,7 @@ class Window:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
         base = os.path.join(self.directory, "traffic-%s-%s" % (stamp, self.epoch[:8]))
         self.path, self.sidecar = base + ".jsonl", base + ".json"
-        self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open across writes)
+        self.file = open(self.path, "ab")  # noqa: SIM115 (kept open across writes)
         self.meta = {"schema": SCHEMA, "format": "mooncake", "timestamp_unit": "ms", "block": self.block,
                      "epoch": self.epoch, "vllm_version": self.version, "start": now, "end": now,
                      "requests": 0, "bytes": 0, "failed_tokenize": 0, "prefix": "tokens"}
@@ -242,18 +242,23 @@ class Window:
             self.close()
             self._open(arrival)
         stamp = round((arrival - self.meta["start"]) * 1000)
-        text = "".join(json.dumps(dict({"timestamp": stamp}, **r), separators=(",", ":")) + "\n" for r in records)
-        self.file.write(text)
+        data = "".join(json.dumps(dict({"timestamp": stamp}, **r), separators=(",", ":")) + "\n"
+                       for r in records).encode()
+        self.file.write(data)
         self.file.flush()
         self.meta["requests"] += len(records)
-        self.meta["bytes"] += len(text.encode())
+        self.meta["bytes"] += len(data)
         self.meta["end"] = max(self.meta["end"], arrival)
+        self.count(counts)
+        if arrival - self.saved >= SAVE_S or self.meta["requests"] == len(records):
+            self.save()
+
+    def count(self, counts):
+        """Add ``counts`` (of :data:`NO_COUNTS`' names, and ``failed_tokenize``) to the sidecar's."""
         for key, value in counts.items():
             self.meta[key] += value
         if counts.get("failed_tokenize"):
             self.meta["prefix"] = "partial"
-        if arrival - self.saved >= SAVE_S or self.meta["requests"] == len(records):
-            self.save()
 
     def save(self):
         if self.meta is None:
@@ -301,6 +306,7 @@ class Recorder:
         self.tokenize = tokenize or LoopbackTokenizer()
         self.queue = queue.Queue(maxsize=queue_size)
         self.pending = dict(NO_COUNTS)
+        self.version_asked = False
         self.reported = set()
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="vllm-ops-traffic", daemon=True)
@@ -359,11 +365,14 @@ class Recorder:
         sidecar, saved; kept for the next window while none is open."""
         if self.window.meta is None:
             return
+        self.window.count(self._take_pending())
+        self.window.save()
+
+    def _take_pending(self):
+        """The counts of requests not written since the last take, reset."""
         with self.lock:
             counts, self.pending = self.pending, dict(NO_COUNTS)
-        for key, value in counts.items():
-            self.window.meta[key] += value
-        self.window.save()
+        return counts
 
     def _write(self, arrival, endpoint, server, body, status, stream_events, tail):
         try:
@@ -371,8 +380,8 @@ class Recorder:
         except ValueError:
             parsed = None
         fields, prompts = request_shape(endpoint, parsed)
-        if self.window.version is None:
-            self.window.version = self.tokenize.version(server)
+        if not self.version_asked:  # once: a server without /version is not asked at every request
+            self.version_asked, self.window.version = True, self.tokenize.version(server)
         tokens, failed = [], 0
         for kind, prompt in prompts:
             if kind == "ids":
@@ -394,9 +403,7 @@ class Recorder:
             return self.ids.fresh(blocks(length, self.block))
 
         records = lines(endpoint, fields, prompt_counts or [None], response, status, ids)
-        with self.lock:
-            counts, self.pending = dict(self.pending, failed_tokenize=failed), dict(NO_COUNTS)
-        self.window.write(arrival, records, counts)
+        self.window.write(arrival, records, dict(self._take_pending(), failed_tokenize=failed))
 
 
 class LoopbackTokenizer:
