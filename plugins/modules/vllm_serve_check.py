@@ -129,6 +129,7 @@ def fence_problem(argv, fence_dir, executable, env, timeout_s):
     fence, the traffic recorder): the first that does not, said, or None."""
     if not fence_dir:
         return None
+    python = executable_python(executable)
     for at, arg in enumerate(argv[:-1]):
         if arg != "--middleware":
             continue
@@ -136,7 +137,6 @@ def fence_problem(argv, fence_dir, executable, env, timeout_s):
         module_name, class_name = target.rpartition(".")[::2]
         if not module_name or not os.path.exists(os.path.join(fence_dir, module_name + ".py")):
             continue
-        python = executable_python(executable)
         code = "import sys; sys.path.insert(0, %r); import %s as m; getattr(m, %r)" % (
             fence_dir, module_name, class_name)
         rc, out = run([python, "-c", code], env, timeout_s)
