@@ -2,9 +2,14 @@
 
 import json
 import re
-import time
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
+
+from testlib import wait_for
 
 UNIT = "vllm-kimi-k25-int4"
 UNIT_FILE = f"/etc/systemd/system/{UNIT}.service"
@@ -145,9 +150,8 @@ def test_the_service_records_the_shape_of_what_it_serves_and_nothing_of_its_word
         paths = host.check_output(f"ls {directory}/traffic-*.json 2>/dev/null || true").split()
         return sum(json.loads(host.file(path).content_string)["own"] for path in paths)
 
-    deadline = time.monotonic() + 30
-    while not ([r for r in recorded() if r["input_length"] == 7] and own()) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    wait_for(lambda: [r for r in recorded() if r["input_length"] == 7] and own(),
+             "the user's request recorded and the project's own counted", timeout_s=30)
     mine = [r for r in recorded() if r["input_length"] == 7]
     assert len(mine) == 1 and mine[0]["output_length"] == 3 and len(mine[0]["hash_ids"]) == 1
     assert own() >= 1
