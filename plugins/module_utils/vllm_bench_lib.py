@@ -18,11 +18,18 @@ COUNTERS = (
     "spec_decode_num_accepted_tokens_total",
     "num_preemptions_total",
     "request_success_total",
+    # what a replay's fidelity check reads: the tokens the server saw (vllm_ops.traffic.fidelity)
+    "prompt_tokens_total",
+    "generation_tokens_total",
 )
+# Histograms read the same way, as {le: count} summed over label sets: the lengths of the requests the
+# server saw, which a replay's fidelity check compares with the recording's.
+HISTOGRAMS = ("request_prompt_tokens", "request_generation_tokens")
 
 # ``name{labels} value [timestamp]`` of the Prometheus text format; labels may hold spaces and braces
 # inside quotes.
 _SAMPLE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(?P<value>\S+)')
+_LE = re.compile(r'[{,]le="(?P<le>[^"]*)"')
 
 
 def counters(text, names=COUNTERS, prefix="vllm:"):
@@ -44,22 +51,49 @@ def counters(text, names=COUNTERS, prefix="vllm:"):
     return found
 
 
+def buckets(text, names=HISTOGRAMS, prefix="vllm:"):
+    """Each histogram of ``names`` as ``{le: cumulative count}`` (``le`` as the page writes it, ``+Inf``
+    included) summed over its label sets, from Prometheus text; absent: not a key."""
+    wanted = {prefix + name + "_bucket": name for name in names}
+    found = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        le = _LE.search(line)
+        if not match or not le or match.group("name") not in wanted:
+            continue
+        try:
+            value = float(match.group("value"))
+        except ValueError:
+            continue
+        counts = found.setdefault(wanted[match.group("name")], {})
+        counts[le.group("le")] = counts.get(le.group("le"), 0.0) + value
+    return found
+
+
 def deltas(before, after):
-    """``after - before`` for each counter present after (a counter reset reads as after alone)."""
+    """``after - before`` for each counter present after (a counter reset reads as after alone); a
+    value that is itself a mapping (a histogram's buckets) is differenced key by key."""
     out = {}
     for name, value in after.items():
+        if isinstance(value, dict):
+            out[name] = deltas(before.get(name) or {}, value)
+            continue
         delta = value - before.get(name, 0.0)
         out[name] = value if delta < 0 else delta
     return out
 
 
 def read_metrics(url, timeout_s=10.0):
-    """The counters of a server's /metrics page ({} when it does not answer: said by the caller)."""
+    """The counters of a server's /metrics page, and under ``histograms`` its histograms of
+    :data:`HISTOGRAMS` (None when it does not answer: said by the caller)."""
     try:
         with open_loopback(url, timeout=timeout_s) as answer:
-            return counters(answer.read().decode("utf-8", "replace"))
+            text = answer.read().decode("utf-8", "replace")
     except OSError:
         return None
+    return dict(counters(text), histograms=buckets(text))
 
 
 # The header every request of the project's own carries (plugins/module_utils/traffic.py OWN_HEADER).
@@ -71,7 +105,9 @@ def bench_argv(params):
 
     The load is vLLM's random dataset, or with ``dataset_path`` its custom dataset (a JSONL file
     of ``{"prompt": ...}`` lines, each answered with ``output_len`` tokens: ``--custom-output-len``),
-    EOS ignored either way so every request makes the same number of tokens. ``--temperature`` is
+    EOS ignored either way so every request makes the same number of tokens; or with ``traffic_path``
+    a recording's replay (``timed_trace``: its own arrivals, lengths and shared prefixes, no
+    ``--max-concurrency``). ``--temperature`` is
     pinned (``temperature``, 0 unless given: vLLM's benchmark no longer asks for greedy sampling by
     default, so the server's default sampler would be measured); ``extra_args`` come last, so a
     ``--temperature`` among them wins."""
@@ -83,17 +119,24 @@ def bench_argv(params):
         # the project's own load, which the traffic recorder counts and does not record
         "--header", OWN_LOAD_HEADER,
     ]
-    if params.get("dataset_path"):
+    if params.get("traffic_path"):
+        # vLLM's replay of a Mooncake trace: each request at its timestamp (milliseconds, scaled by the
+        # speed), its prompt made of one chunk of random tokens per hash id, the recording's block a chunk.
+        argv += ["--dataset-name", "timed_trace", "--dataset-path", params["traffic_path"],
+                 "--timed-trace-chunk-hash-size", str(params["traffic_block"]),
+                 "--timed-trace-sec-multiplier", format_number(0.001 / float(params.get("traffic_speed") or 1))]
+    elif params.get("dataset_path"):
         argv += ["--dataset-name", "custom", "--dataset-path", params["dataset_path"],
                  "--custom-output-len", str(params["output_len"])]
     else:
         argv += ["--dataset-name", "random",
                  "--random-input-len", str(params["input_len"]),
                  "--random-output-len", str(params["output_len"])]
+    argv += ["--num-prompts", str(params["num_prompts"])]
+    if not params.get("traffic_path"):
+        # a replay's arrivals are the recording's: no cap, no rate of its own
+        argv += ["--max-concurrency", str(params["concurrency"]), "--request-rate", "inf"]
     argv += [
-        "--num-prompts", str(params["num_prompts"]),
-        "--max-concurrency", str(params["concurrency"]),
-        "--request-rate", "inf",
         "--ignore-eos",
         "--num-warmups", str(params["warmups"]),
         "--seed", str(params["seed"]),
@@ -119,7 +162,8 @@ def format_number(value):
 
 def summary(result):
     """The few figures of a result worth a line in the play's output."""
-    keys = ("completed", "failed", "median_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "output_throughput")
+    keys = ("completed", "failed", "duration", "median_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+            "output_throughput")
     return {key: result.get(key) for key in keys}
 
 

@@ -13,8 +13,10 @@ description:
     O(concurrency) requests in flight, C(--temperature) pinned) against O(base_url), and saves its
     JSON result as O(result_dir)/O(result_filename).
   - Reads the server's C(/metrics) counters before and after the run (speculative decoding's
-    C(vllm:spec_decode_*), C(vllm:num_preemptions_total), C(vllm:request_success_total)) and returns
-    the differences.
+    C(vllm:spec_decode_*), C(vllm:num_preemptions_total), C(vllm:request_success_total), the prompt and
+    generation tokens) and its request length histograms, and returns the differences.
+  - A replay (O(traffic_path)) runs with C(PYTHONHASHSEED=0) unless O(environment) sets it - vLLM draws each
+    block's tokens with a seed from Python's C(hash()), so that every replay of a recording sends the same tokens.
   - Fails with the command's last output lines when it exits non-zero or writes no result.
   - Check mode runs nothing.
 options:
@@ -38,6 +40,21 @@ options:
         tokens (C(--dataset-name custom)); each is answered with O(output_len) tokens. Empty - the random dataset.'
     type: path
     default: ""
+  traffic_path:
+    description:
+      - A recording's replay file on the host (Mooncake JSONL - C(timestamp) in ms, C(input_length), C(output_length),
+        C(hash_ids)), replayed with vLLM's C(timed_trace) dataset at its own arrival times instead of O(concurrency)
+        requests at once (no C(--max-concurrency)); O(num_prompts) is its number of requests. Empty - not a replay.
+    type: path
+    default: ""
+  traffic_block:
+    description: The recording's block, tokens per hash id (C(--timed-trace-chunk-hash-size)); a replay only.
+    type: int
+    default: 64
+  traffic_speed:
+    description: How much faster than recorded a replay sends (C(--timed-trace-sec-multiplier) 0.001 / speed).
+    type: float
+    default: 1
   extra_args: {description: Further C(vllm bench serve) arguments., type: list, elements: str, default: []}
   environment: {description: Environment of the benchmark process., type: dict, default: {}}
   api_key: {description: The server's API key (passed as C(OPENAI_API_KEY))., type: str, default: ""}
@@ -74,6 +91,10 @@ metrics:
   description: /metrics counter differences over the run (absent counters left out).
   type: dict
   returned: success
+histograms:
+  description: /metrics request length histograms' differences over the run, each {le - count}.
+  type: dict
+  returned: success
 metrics_read: {description: Whether /metrics answered before and after., type: bool, returned: success}
 cmd: {description: The command run., type: list, returned: always}
 """
@@ -106,6 +127,9 @@ def main():
             seed=dict(type="int", default=0),
             temperature=dict(type="float", default=0.0),
             dataset_path=dict(type="path", default=""),
+            traffic_path=dict(type="path", default=""),
+            traffic_block=dict(type="int", default=64),
+            traffic_speed=dict(type="float", default=1.0),
             extra_args=dict(type="list", elements="str", default=[]),
             environment=dict(type="dict", default={}),
             api_key=dict(type="str", default="", no_log=True),
@@ -125,6 +149,8 @@ def main():
     if os.path.exists(path):
         os.unlink(path)
     env = dict(os.environ, **{str(k): str(v) for k, v in params["environment"].items()})
+    if params["traffic_path"] and "PYTHONHASHSEED" not in params["environment"]:
+        env["PYTHONHASHSEED"] = "0"
     if params["api_key"]:
         env["OPENAI_API_KEY"] = params["api_key"]
     before = read_metrics(params["metrics_url"]) if params["metrics_url"] else None
@@ -143,9 +169,11 @@ def main():
             cmd=argv, rc=done.returncode, output_tail=tail)
     after = read_metrics(params["metrics_url"]) if params["metrics_url"] else None
     result = load_result(path)
-    module.exit_json(changed=True, path=path, summary=summary(result), cmd=argv,
-                     metrics=deltas(before, after) if before is not None and after is not None else {},
-                     metrics_read=before is not None and after is not None)
+    read = before is not None and after is not None
+    metrics = deltas(before, after) if read else {}
+    histograms = metrics.pop("histograms", {})
+    module.exit_json(changed=True, path=path, summary=summary(result), cmd=argv, metrics=metrics,
+                     histograms=histograms, metrics_read=read)
 
 
 if __name__ == "__main__":

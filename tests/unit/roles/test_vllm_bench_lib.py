@@ -19,6 +19,13 @@ vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="tiny-llama"} 90.0
 vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny-llama"} 60.0
 vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny-llama",position="0"} 25.0
 vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 128.0
+vllm:request_prompt_tokens_bucket{engine="0",le="1.0",model_name="tiny-llama"} 0.0
+vllm:request_prompt_tokens_bucket{engine="0",le="100.0",model_name="tiny-llama"} 3.0
+vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="tiny-llama"} 9.0
+vllm:request_prompt_tokens_bucket{engine="1",le="100.0",model_name="tiny-llama"} 1.0
+vllm:request_prompt_tokens_bucket{engine="1",le="+Inf",model_name="tiny-llama"} 2.0
+vllm:request_prompt_tokens_count{engine="0",model_name="tiny-llama"} 9.0
+vllm:request_generation_tokens_bucket{le="10.0",engine="0",model_name="tiny-llama"} 4.0
 """
 
 
@@ -29,12 +36,25 @@ def test_counters_are_summed_over_their_label_sets():
         "spec_decode_num_drafts_total": 30.0,  # a label value with braces and spaces
         "spec_decode_num_draft_tokens_total": 90.0,
         "spec_decode_num_accepted_tokens_total": 60.0,  # not the per-position counter
+        "generation_tokens_total": 128.0,
     }
 
 
 def test_a_server_without_speculation_has_no_spec_decode_counters():
     plain = "\n".join(line for line in METRICS.splitlines() if "spec_decode" not in line)
-    assert set(bench.counters(plain)) == {"num_preemptions_total", "request_success_total"}
+    assert set(bench.counters(plain)) == {"num_preemptions_total", "request_success_total",
+                                          "generation_tokens_total"}
+
+
+def test_the_request_length_histograms_are_summed_over_label_sets_by_bucket():
+    assert bench.buckets(METRICS) == {
+        "request_prompt_tokens": {"1.0": 0.0, "100.0": 4.0, "+Inf": 11.0},  # engines 0 and 1
+        "request_generation_tokens": {"10.0": 4.0},  # le before the other labels
+    }
+    before = {"request_success_total": 1.0, "histograms": {"request_prompt_tokens": {"100.0": 1.0, "+Inf": 2.0}}}
+    after = {"request_success_total": 3.0, "histograms": {"request_prompt_tokens": {"100.0": 4.0, "+Inf": 11.0}}}
+    assert bench.deltas(before, after) == {"request_success_total": 2.0,
+                                           "histograms": {"request_prompt_tokens": {"100.0": 3.0, "+Inf": 9.0}}}
 
 
 def test_deltas_over_a_run_and_a_counter_reset():
@@ -78,3 +98,17 @@ def test_a_prompts_file_is_vllms_custom_dataset_with_the_output_length_fixed():
     assert flags["--dataset-name"] == "custom" and flags["--dataset-path"] == "/var/lib/x/prompts.jsonl"
     assert flags["--custom-output-len"] == "16" and "--ignore-eos" in argv
     assert "--random-input-len" not in argv and "--random-output-len" not in argv
+
+
+def test_a_replay_is_vllms_timed_trace_at_the_recordings_own_times():
+    argv = bench.bench_argv({**_POINT, "concurrency": 0, "warmups": 0, "num_prompts": 12,
+                             "traffic_path": "/var/lib/x/replay.jsonl", "traffic_block": 64, "traffic_speed": 2.0})
+    flags = dict(itertools.pairwise(argv))
+    assert flags["--dataset-name"] == "timed_trace" and flags["--dataset-path"] == "/var/lib/x/replay.jsonl"
+    # the recording's block a chunk (not vLLM's default 16); milliseconds at twice the recorded pace
+    assert flags["--timed-trace-chunk-hash-size"] == "64"
+    assert float(flags["--timed-trace-sec-multiplier"]) == 0.001 / 2
+    assert flags["--num-prompts"] == "12" and flags["--num-warmups"] == "0"
+    # the arrivals are the recording's: no cap of requests in flight, no rate of the benchmark's own
+    assert "--max-concurrency" not in argv and "--request-rate" not in argv
+    assert "--random-input-len" not in argv and "--custom-output-len" not in argv
