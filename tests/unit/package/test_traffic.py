@@ -120,7 +120,7 @@ def test_the_chunk_size_trap_is_named(tmp_path):
     assert not verdict.valid
     (failed,) = [c for c in verdict.checks if not c.ok]
     assert failed.name == "input_tokens" and failed.got == 96 and failed.expected == 3072
-    assert "(1/32)" in failed.why and "--timed-trace-chunk-hash-size" in failed.why and "512" in failed.why
+    assert "(32.0x short)" in failed.why and "--timed-trace-chunk-hash-size" in failed.why and "512" in failed.why
 
 
 @pytest.mark.parametrize(("change", "failing"), [
