@@ -3,7 +3,10 @@ variant compares with its baseline. Every figure is defined here once.
 
 Per point (a variant at one concurrency), for each metric of :data:`~.inputs.METRICS`: ``values``
 (one per run with completed requests, in run order), ``center`` (their median), ``min``, ``max``.
-``completed`` and ``failed_requests`` are sums over the point's runs; ``preemptions`` sums the
+A replay's run that did not reproduce the recording (its ``fidelity`` not valid) gives no value and
+is counted in ``invalid_runs`` with its reason in ``invalid``; a point whose every run is so is
+``invalid``, which compares with nothing (no verdict rests on it). ``completed`` and
+``failed_requests`` are sums over the point's runs; ``preemptions`` sums the
 ``num_preemptions_total`` deltas; ``spec_decode.acceptance`` = accepted tokens / draft tokens and
 ``spec_decode.mean_accepted_length`` = 1 + accepted tokens / drafts, both sums over the runs and
 null without drafts (no speculation, or the counters absent). A point whose runs completed no
@@ -35,6 +38,7 @@ import statistics
 from collections.abc import Mapping
 
 from .inputs import BASELINE, METRICS
+from .load import REPLAY
 from .settings import settings_text
 
 TPOT = "median_tpot_ms"
@@ -45,7 +49,8 @@ CATEGORY_ORDER = ("better", "trade-off", "no change", "worse", "not compared", "
 
 def point_figures(runs: list[Mapping], concurrency: int) -> dict:
     """The figures of one point from its runs (``load_experiment``'s run dicts)."""
-    ok = [r for r in runs if r["result"]["completed"] > 0]
+    invalid = [r for r in runs if not (r.get("fidelity") or {"valid": True})["valid"]]
+    ok = [r for r in runs if r["result"]["completed"] > 0 and r not in invalid]
     metrics = {}
     for name in METRICS:
         values = [r["result"][name] for r in ok if r["result"][name] is not None]
@@ -67,9 +72,17 @@ def point_figures(runs: list[Mapping], concurrency: int) -> dict:
         "mean_accepted_length": 1 + accepted / drafts if accepted is not None and drafts else None,
     }
     status = "not measured" if not runs else ("ok" if completed > 0 else "failed")
+    if status == "ok" and not ok:
+        status = "invalid"
     return {"concurrency": concurrency, "status": status, "runs": len(runs), "completed": completed,
+            "invalid_runs": len(invalid), "invalid": sorted({r["fidelity"]["message"] for r in invalid}),
             "failed_requests": failed, "metrics": metrics, "spec_decode": spec,
             "preemptions": counter("num_preemptions_total"), "files": [r["file"] for r in runs]}
+
+
+def point_words(concurrency: int) -> str:
+    """How a point is named in a sentence: ``at concurrency 8``, or a replay's ``on the replayed traffic``."""
+    return "on the replayed traffic" if concurrency == REPLAY else f"at concurrency {concurrency}"
 
 
 def compare(base: Mapping | None, var: Mapping | None, direction: str, floor_pct: float) -> dict:
@@ -176,7 +189,8 @@ def analyze_host(exp: Mapping) -> dict:
         e["profile_report"], e["profile_headline"] = v.get("profile_report"), v.get("profile_headline")
         e["headline"] = {"tpot": dict(points[lo]["comparison"][TPOT], concurrency=conc[lo]),
                          "throughput": dict(points[hi]["comparison"][THROUGHPUT], concurrency=conc[hi])}
-        if v["status"] == "ok" and not any(p["status"] == "ok" for p in points):
+        # every replay invalid: measured, but nothing to judge by ("not compared", its warnings say why)
+        if v["status"] == "ok" and not any(p["status"] in ("ok", "invalid") for p in points):
             e["status"] = "failed"
             e["failure"] = {"stage": "benchmark", "message": "no run of this variant completed a request",
                             "journal": []}
@@ -187,7 +201,9 @@ def analyze_host(exp: Mapping) -> dict:
 
 def _entry(name: str, host: str, env: Mapping, args: list, profile: bool, status: str, failure, points) -> dict:
     warnings = [f"{name} on {host}: {p['failed_requests']} failed request{'s' if p['failed_requests'] != 1 else ''} "
-                f"at concurrency {p['concurrency']} ({p['runs']} runs)" for p in points if p["failed_requests"] > 0]
+                f"{point_words(p['concurrency'])} ({p['runs']} runs)" for p in points if p["failed_requests"] > 0]
+    warnings += [f"{name} on {host}: {p['invalid_runs']} of {p['runs']} replays did not reproduce the recording, "
+                 f"so their figures are left out: {'; '.join(p['invalid'])}" for p in points if p["invalid_runs"]]
     return {"name": name, "host": host, "label": f"{name} @ {host}", "is_baseline": name == BASELINE,
             "settings": settings_text(env, args, baseline=name == BASELINE), "environment": dict(env),
             "extra_args": list(args), "profile": profile, "status": status, "failure": failure,

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from ..charts import PALETTE, figure, save_png
 from .analysis import THROUGHPUT, TPOT
+from .load import REPLAY
 
 _BASE_COLOURS = ("#202020", "#606060", "#8c8c8c", "#b0b0b0")
 
@@ -59,9 +60,13 @@ def write_throughput_chart(report: Mapping, path: str | os.PathLike) -> dict:
         ax.set_axis_off()
     else:
         conc = report["load"]["concurrencies"]
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(conc, [str(c) for c in conc])
-        ax.set_xlabel("concurrency (requests in flight)")
+        if conc == [REPLAY]:
+            # a replay's one point: the recording's own arrivals, no concurrency to scale
+            ax.set_xticks([REPLAY], ["the replayed traffic"])
+        else:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(conc, [str(c) for c in conc])
+            ax.set_xlabel("concurrency (requests in flight)")
         ax.set_ylabel("output throughput, tokens/s (median; bars: min-max over runs)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -94,7 +99,7 @@ def write_tpot_chart(report: Mapping, path: str | os.PathLike) -> dict:
                    yerr=[[m["center"] - m["min"]], [m["max"] - m["center"]]], capsize=2,
                    hatch="//" if entry["is_baseline"] else None, edgecolor="white")
             bars += 1
-    ax.set_xticks(range(len(conc)), [str(c) for c in conc])
+    ax.set_xticks(range(len(conc)), ["the replayed traffic" if c == REPLAY else str(c) for c in conc])
     ax.set_xlabel("concurrency")
     ax.set_ylabel("median TPOT, ms (bars: min-max over runs)")
     ax.set_ylim(0, top * 1.12)

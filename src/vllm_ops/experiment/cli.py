@@ -4,9 +4,14 @@ CSV rows, headline). The playbook runs it with ``ansible.builtin.command`` on th
     vllm-experiment-report analyze DIR [--history CSV] [--template J2]
     vllm-experiment-report combine --out OUT [--history CSV] [--template J2] DIR...
     vllm-experiment-report prompts FILE
+    vllm-experiment-report replay RECORDING... [--out DIR]
 
 ``prompts`` checks a prompts file for the benchmark's custom dataset (:mod:`.prompts`) and
 prints ``{path, prompts, words}`` as JSON; the ``vllm_bench`` role runs it before anything restarts.
+``replay`` reads a recording of the traffic recorder (:mod:`vllm_ops.traffic`), writes with ``--out``
+``DIR/replay.jsonl`` (what ``vllm bench serve --dataset-name timed_trace`` replays) and
+``DIR/replay.json`` (what a replay must reproduce, with the recording's sources, versions and mix), and
+prints the expectation's figures as JSON; without ``--out`` it only checks the recording.
 
 Both write ``report.json`` (layout: :mod:`vllm_ops.experiment.report`), ``throughput.png``,
 ``tpot.png`` and ``report.md`` (into DIR, or OUT for a fleet; the Markdown from the template
@@ -19,8 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
+from .. import traffic
 from ..artifacts import write_text
 from ..cliutil import run_command
 from .chart import write_throughput_chart, write_tpot_chart
@@ -55,13 +62,42 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("prompts", help="check a prompts file (JSONL, one {\"prompt\": ...} a line) for "
                                         "vllm bench serve's custom dataset; print its size as JSON")
     pr.add_argument("file", metavar="FILE", help="the prompts file")
+    rp = sub.add_parser("replay", help="a recording of the traffic recorder -> the replay's file and what a "
+                                       "replay must reproduce; print its figures as JSON")
+    rp.add_argument("recording", nargs="+", metavar="RECORDING",
+                    help="traffic-*.jsonl files (each with its .json sidecar) or directories of them "
+                         "(playbooks/traffic.yml fetches them)")
+    rp.add_argument("--out", metavar="DIR", help="write DIR/replay.jsonl and DIR/replay.json; without it, "
+                                                 "only check the recording")
     return p
+
+
+def replay(recordings: list[str], out: str | None) -> dict:
+    """The ``replay`` command (see the module's docstring): the figures printed."""
+    recording = traffic.read(recordings)
+    target = Path(out) / "replay.jsonl" if out else None
+    if target is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            expected = traffic.write_replay(recording, Path(tmp) / "replay.jsonl")
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        expected = traffic.write_replay(recording, target)
+    figures = {key: value for key, value in expected.to_json().items()
+               if key not in ("input_lengths", "output_lengths", "id_counts")}
+    figures = dict(figures, path=str(target) if target else None,
+                   source=[str(Path(r).resolve()) for r in recordings], versions=recording.versions)
+    if target is not None:
+        write_text(target.parent / "replay.json", json.dumps(dict(
+            expected.to_json(), **figures, mix=traffic.mix(recording.requests, recording.block)), indent=2) + "\n")
+    return figures
 
 
 def run(args: argparse.Namespace) -> list[str]:
     """Do one command; return the lines to print, the headline last."""
     if args.command == "prompts":
         return [json.dumps(check_prompts(args.file))]
+    if args.command == "replay":
+        return [json.dumps(replay(args.recording, args.out))]
     dirs = [args.dir] if args.command == "analyze" else args.dirs
     out = Path(args.dir if args.command == "analyze" else args.out)
     report = build_report([load_experiment(d) for d in dirs])

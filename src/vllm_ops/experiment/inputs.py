@@ -29,6 +29,8 @@ METRICS: dict[str, str] = {
     "median_e2el_ms": "lower", "p99_e2el_ms": "lower",
     "output_throughput": "higher",
 }
+# A replay's expectation in an experiment directory (vllm-experiment-report replay --out DIR/bench).
+REPLAY_JSON = "bench/replay.json"
 COUNTERS = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",
             "spec_decode_num_accepted_tokens_total", "num_preemptions_total", "request_success_total")
 
@@ -85,4 +87,7 @@ def load_experiment(directory: str | Path) -> dict:
     exp["model_loads"] = loadcost.read_job(d)
     exp["runs"] = [{**run, "result": _result(d / run["file"], f"{path}: runs[{i}]")}
                    for i, run in enumerate(record.runs)]
+    # A replay: what the recording held (bench/replay.json, written by the replay command), or null.
+    replay = d / REPLAY_JSON
+    exp["replay"] = _read_json(replay, "the replay's expectation") if record.load.get("traffic") else None
     return exp

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from .errors import ExperimentInputError
 
-__all__ = ["FIELDS", "RECORDED", "recorded", "resolve"]
+__all__ = ["FIELDS", "RECORDED", "REPLAY", "recorded", "replaying", "resolve"]
 
 # Each field of a load and what it is, in the order the manual lists them.
 FIELDS = {
@@ -31,11 +31,16 @@ FIELDS = {
     "environment": "environment of the benchmark process on the host",
     "tokenizer": "local tokenizer directory on the host; empty: vllm_model_path",
     "timeout_s": "seconds one point may take",
+    "traffic": "a recording on the controller (playbooks/traffic.yml), replayed instead of random tokens",
+    "traffic_speed": "how much faster than recorded the replay sends its requests (1: as recorded)",
 }
 # What a job's record keeps of its load, under the record's names (args is bench_args there).
 RECORDED = {"input_len": "input_len", "output_len": "output_len", "num_prompts": "num_prompts",
             "concurrencies": "concurrencies", "repeats": "repeats", "warmups": "warmups", "seed": "seed",
-            "temperature": "temperature", "prompts_file": "prompts_file", "args": "bench_args"}
+            "temperature": "temperature", "prompts_file": "prompts_file", "args": "bench_args",
+            "traffic": "traffic", "traffic_speed": "traffic_speed"}
+# The concurrency of a replay's one point: the recording's own arrivals, nothing capped.
+REPLAY = 0
 
 # Least value of each whole-number field, and why.
 _AT_LEAST = {"input_len": (1, ""), "output_len": (2, " (TPOT needs two tokens)"), "num_prompts": (1, ""),
@@ -73,10 +78,24 @@ def _check(load: Mapping, where: dict[str, str]) -> dict:
         raise ExperimentInputError(f"{where['temperature']} must be a number, not {load['temperature']!r}") from None
     if out["temperature"] < 0:
         raise ExperimentInputError(f"{where['temperature']} ({out['temperature']}) must be at least 0")
-    for key in ("prompts_file", "tokenizer"):
+    for key in ("prompts_file", "tokenizer", "traffic"):
         if not isinstance(load[key], str):
             raise ExperimentInputError(f"{where[key]} must be a path (a string; empty for none), not {load[key]!r}")
         out[key] = load[key]
+    try:
+        out["traffic_speed"] = float(load["traffic_speed"])
+    except (TypeError, ValueError):
+        raise ExperimentInputError(
+            f"{where['traffic_speed']} must be a number, not {load['traffic_speed']!r}") from None
+    if out["traffic_speed"] <= 0:
+        raise ExperimentInputError(f"{where['traffic_speed']} ({out['traffic_speed']}) must be above 0 "
+                                   "(1: the recording's own pace, 2: twice as fast)")
+    if out["traffic"]:
+        if out["prompts_file"]:
+            raise ExperimentInputError(f"{where['traffic']} and {where['prompts_file']} are both set: a load "
+                                       "replays a recording or sends a prompts file, not both")
+        # A replay is one point a repeat: the recording's requests at their own times.
+        out["concurrencies"] = [REPLAY]
     args = load["args"]
     if isinstance(args, (str, Mapping)) or not all(isinstance(a, (str, int, float)) for a in args):
         raise ExperimentInputError(f"{where['args']} must be a list of arguments, not {args!r}")
@@ -125,7 +144,12 @@ def resolve(defaults: Mapping, fleet: Mapping | None = None, overrides: Mapping 
     return _check(merged, where)
 
 
+def replaying(load: Mapping) -> bool:
+    """Whether a resolved (or recorded) load replays a recording."""
+    return bool(load.get("traffic"))
+
+
 def recorded(load: Mapping) -> dict:
     """What a job's record (experiment.json, a tune's or rollout's) keeps of a resolved load: not
     the benchmark's environment, tokenizer or timeout, which say where it ran, not what it sent."""
-    return {name: load[key] for key, name in RECORDED.items()}
+    return {name: load[key] for key, name in RECORDED.items() if key in load}

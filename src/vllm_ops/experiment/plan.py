@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
-__all__ = ["outcomes", "runs", "server_variant"]
+from .. import traffic
+
+__all__ = ["outcomes", "runs", "served", "server_variant"]
 
 _SERVER_KEYS = ("name", "environment", "extra_args", "profile")
 
@@ -16,20 +18,38 @@ def server_variant(variant: Mapping) -> dict:
     return {key: variant[key] for key in _SERVER_KEYS if key in variant}
 
 
-def runs(results: Sequence[Mapping], variant: str, round_: int, directory: str) -> list[dict]:
+def served(result: Mapping) -> dict:
+    """What the server counted during one run of ``vllm_bench_serve`` (its /metrics differences and the
+    benchmark's summary), in the terms of :func:`vllm_ops.traffic.fidelity`."""
+    metrics, hist, summary = result.get("metrics") or {}, result.get("histograms") or {}, result.get("summary") or {}
+    return {"requests": metrics.get("request_success_total"), "failed": summary.get("failed"),
+            "input_tokens": metrics.get("prompt_tokens_total"), "output_tokens": metrics.get("generation_tokens_total"),
+            "duration_s": summary.get("duration"),
+            "prompt_buckets": hist.get("request_prompt_tokens"),
+            "generation_buckets": hist.get("request_generation_tokens")}
+
+
+def runs(results: Sequence[Mapping], variant: str, round_: int, directory: str,
+         expected: Mapping | None = None, speed: float = 1.0) -> list[dict]:
     """One record per benchmark point from the registered loop of ``vllm_bench_serve`` (whose
-    ``item`` is ``[concurrency, repeat]``): where its fetched result lies and its /metrics deltas."""
+    ``item`` is ``[concurrency, repeat]``): where its fetched result lies and its /metrics deltas; with
+    ``expected`` (a replay's, :meth:`vllm_ops.traffic.Expected.to_json`) whether the run reproduced
+    the recording (``fidelity``), judged from what the server counted, ``speed`` times as fast."""
+    want = traffic.Expected.from_json(expected) if expected else None
     out = []
     for result in results:
         concurrency, repeat = result["item"]
-        out.append({
+        run = {
             "variant": variant,
             "round": int(round_),
             "concurrency": int(concurrency),
             "repeat": int(repeat),
             "file": str(PurePosixPath(directory) / PurePosixPath(result["path"]).name),
             "metrics": dict(result.get("metrics") or {}),
-        })
+        }
+        if want is not None:
+            run["fidelity"] = traffic.fidelity(want, served(result), float(speed)).to_json()
+        out.append(run)
     return out
 
 

@@ -42,7 +42,7 @@ from datetime import datetime
 from .. import loadcost
 from ..job import JobInputError, duration_words
 from ..job import downtime_text as _downtime_words
-from .analysis import CATEGORY_ORDER, THROUGHPUT, TPOT, analyze_host, rank_key
+from .analysis import CATEGORY_ORDER, THROUGHPUT, TPOT, analyze_host, point_words, rank_key
 from .errors import ExperimentInputError
 from .headline import drift_text, headline
 from .settings import settings_text
@@ -84,6 +84,30 @@ def downtime_text(downtime: Mapping | None) -> str | None:
         raise ExperimentInputError(f"experiment.json: downtime: {exc}") from None
 
 
+def replay_summary(experiments: list[Mapping], entries: list[Mapping]) -> dict | None:
+    """Which recording the load replayed and whether the replays reproduced it, or None (not a replay):
+    ``{traffic, speed, requests, span_s, block, input_tokens, output_tokens, left_out, versions, runs,
+    invalid_runs, valid, words}``."""
+    first = experiments[0]
+    if not first["load"].get("traffic"):
+        return None
+    exp = first.get("replay") or {}
+    runs = sum(p["runs"] for e in entries for p in e["points"])
+    invalid = sum(p["invalid_runs"] for e in entries for p in e["points"])
+    speed = float(first["load"].get("traffic_speed") or 1)
+    words = (f"the replay of {first['load']['traffic']}: {exp.get('requests')} requests over "
+             f"{exp.get('span_s', 0):.0f} s{f' at {speed:g}x the recorded pace' if speed != 1 else ''}, "
+             f"{exp.get('input_tokens')} prompt and {exp.get('output_tokens')} output tokens, blocks of "
+             f"{exp.get('block')} tokens shared as recorded")
+    fidelity = ("every replay reproduced the recording" if not invalid else
+                f"{invalid} of {runs} replays did not reproduce the recording and are left out")
+    return {"traffic": first["load"]["traffic"], "speed": speed,
+            **{k: exp.get(k) for k in ("requests", "span_s", "block", "input_tokens", "output_tokens", "left_out",
+                                       "versions", "sha256")},
+            "runs": runs, "invalid_runs": invalid, "valid": runs > 0 and not invalid, "words": words,
+            "fidelity": fidelity}
+
+
 def build_report(experiments: list[Mapping]) -> dict:
     """The report of one host's experiment or of a fleet's (``load_experiment`` dicts, one per host,
     same id and concurrencies): each variant compared with its own host's baseline, all ranked together."""
@@ -123,8 +147,10 @@ def build_report(experiments: list[Mapping]) -> dict:
                 for v in [*baselines, *variants] if v["failure"]]
     for b in baselines:
         if not b["measured"]:
+            invalid = any(p["status"] == "invalid" for p in b["points"])
             failures.insert(0, {"label": b["label"], "name": b["name"], "host": b["host"], "stage": "benchmark",
-                                "message": "no baseline run completed a request", "journal": []})
+                                "message": "no baseline replay reproduced the recording" if invalid
+                                else "no baseline run completed a request", "journal": []})
     repeats = first["load"].get("repeats")
     runs = sum(len(e["runs"]) for e in experiments)
     report = {
@@ -132,10 +158,12 @@ def build_report(experiments: list[Mapping]) -> dict:
         "started_at": min((e["started_at"] for e in experiments if e["started_at"]), default=None),
         "finished_at": max((e["finished_at"] for e in experiments if e["finished_at"]), default=None),
         "model": first["model"], "vllm_version": first["vllm_version"], "load": dict(first["load"]),
+        "replay": replay_summary(experiments, [*baselines, *variants]),
         "noise_floor_pct": first["noise_floor_pct"],
         "noise_rule": NOISE_RULE.format(floor=f"{first['noise_floor_pct']:g}"),
-        "headline_metrics": {"tpot": {"metric": TPOT, "concurrency": min(conc)},
-                             "throughput": {"metric": THROUGHPUT, "concurrency": max(conc)}},
+        "headline_metrics": {"tpot": {"metric": TPOT, "concurrency": min(conc), "words": point_words(min(conc))},
+                             "throughput": {"metric": THROUGHPUT, "concurrency": max(conc),
+                                            "words": point_words(max(conc))}},
         "experiments": [{
             "host": e["host"], "dir": e["dir"], "id": e["id"], "started_at": e["started_at"],
             "finished_at": e["finished_at"], "duration": _duration(e["started_at"], e["finished_at"]),

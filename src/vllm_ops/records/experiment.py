@@ -10,10 +10,12 @@ canary, whose change is the one variant), so that all are judged by :mod:`vllm_o
      downtime (the health poller's record, or null), stopped (the error that stopped the job, or null),
      variants [{name, environment, extra_args, profile, status, failure, profile_report,
                 profile_headline}],
-     runs [{variant, round, concurrency, repeat, file, metrics}]}
+     runs [{variant, round, concurrency, repeat, file, metrics, fidelity (a replay's)}]}
 
 ``status`` is ``ok``, ``failed`` (with ``failure {stage, message, journal}``) or ``not run`` (the job
-stopped before the variant); ``baseline`` is the normal service's name, measured in round 1 and, where
+stopped before the variant). A load that replayed a recording (``load.traffic``) has one point,
+concurrency 0 (the recording's own arrivals), and each run its ``fidelity`` ``{valid, message, checks}``
+(:func:`vllm_ops.traffic.fidelity`). ``baseline`` is the normal service's name, measured in round 1 and, where
 the job measured it again at its end, round 2. A file without ``schema`` is an earlier release's
 (schema 0): the same fields, any of ``started_at``, ``finished_at``, ``tensor_parallel_size``,
 ``downtime``, ``stopped`` and ``noise_floor_pct`` (1.0) absent. A later schema is refused.
@@ -130,8 +132,12 @@ def _args(where: str, data: Mapping) -> list[str]:
 def _load(where: str, data: Mapping) -> dict:
     load = _mapping(where, data, "load")
     conc = load.get("concurrencies")
-    if (not isinstance(conc, list) or not conc or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0
-                                                          for c in conc)):
+    if load.get("traffic"):
+        # a replay: one point, the recording's own arrivals (vllm_ops.experiment.load.REPLAY)
+        if conc != [0]:
+            raise RecordError(f"{where}: 'load.concurrencies' of a replay (load.traffic) must be [0], got {conc!r}")
+    elif (not isinstance(conc, list) or not conc or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0
+                                                            for c in conc)):
         raise RecordError(f"{where}: 'load.concurrencies' must be a non-empty list of positive integers, "
                           f"got {conc!r}")
     if len(set(conc)) != len(conc):
@@ -190,5 +196,10 @@ def _run(where: str, i: int, r: object, names: set, concurrencies: list) -> dict
     for k, v in metrics.items():
         if not _number(v):
             raise RecordError(f"{at}: 'metrics.{k}' must be a number, got {v!r}")
-    return {"variant": variant, "round": rnd, "concurrency": conc, "repeat": r.get("repeat"),
-            "file": text(r, "file", at), "metrics": metrics}
+    fidelity = r.get("fidelity")
+    if fidelity is not None and (not isinstance(fidelity, Mapping) or not isinstance(fidelity.get("valid"), bool)):
+        raise RecordError(f"{at}: 'fidelity' must be a mapping with a boolean 'valid', or absent")
+    out = {"variant": variant, "round": rnd, "concurrency": conc, "repeat": r.get("repeat"),
+           "file": text(r, "file", at), "metrics": metrics}
+    # a replay's run: whether it reproduced the recording (vllm_ops.traffic.fidelity)
+    return out | ({"fidelity": dict(fidelity)} if fidelity is not None else {})

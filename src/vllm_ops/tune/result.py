@@ -126,6 +126,10 @@ def load_words(load: Mapping) -> str:
     if load.get("prompts_file"):
         count = f" ({load['prompts']} prompt(s))" if load.get("prompts") is not None else ""
         what = f"the prompts of {load['prompts_file']}{count}, {load.get('output_len')} output tokens each"
+    elif load.get("traffic"):
+        speed = float(load.get("traffic_speed") or 1)
+        return (f"the replay of {load['traffic']}{f' at {speed:g}x' if speed != 1 else ''} (its requests at their "
+                f"recorded times, lengths and shared prefixes; random tokens), {temp}, {load.get('repeats')} repeat(s)")
     else:
         what = f"random tokens, {load.get('input_len')} in and {load.get('output_len')} out"
     return (f"{what}, {temp}, {load.get('num_prompts')} requests per point at concurrency "

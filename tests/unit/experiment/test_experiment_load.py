@@ -12,7 +12,9 @@ from vllm_ops.experiment.load import recorded, resolve
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLE_DEFAULTS = yaml.safe_load((ROOT / "roles/vllm_bench/defaults/main.yml").read_text())
-DEFAULTS = ROLE_DEFAULTS["vllm_bench_load_defaults"]
+# The two fields templated from their own variables, rendered as Ansible would with the role's defaults.
+DEFAULTS = dict(ROLE_DEFAULTS["vllm_bench_load_defaults"], traffic=ROLE_DEFAULTS["vllm_bench_traffic"],
+                traffic_speed=ROLE_DEFAULTS["vllm_bench_traffic_speed"])
 
 
 def test_the_roles_defaults_are_a_whole_load_and_the_fleet_changes_nothing_by_default():
@@ -20,7 +22,22 @@ def test_the_roles_defaults_are_a_whole_load_and_the_fleet_changes_nothing_by_de
     assert resolve(DEFAULTS) == {
         "input_len": 1024, "output_len": 256, "concurrencies": [1, 8, 32], "num_prompts": 64, "repeats": 3,
         "warmups": 4, "seed": 0, "temperature": 0.0, "prompts_file": "", "args": [], "environment": {},
-        "tokenizer": "", "timeout_s": 1800}
+        "tokenizer": "", "timeout_s": 1800, "traffic": "", "traffic_speed": 1.0}
+    templated = ROLE_DEFAULTS["vllm_bench_load_defaults"]
+    assert (templated["traffic"], templated["traffic_speed"]) == ("{{ vllm_bench_traffic }}",
+                                                                  "{{ vllm_bench_traffic_speed }}")
+
+
+def test_a_replay_is_one_point_at_the_recordings_own_arrivals():
+    load = resolve(DEFAULTS, {"concurrencies": [1, 8]}, {"traffic": "artifacts/traffic/h1", "traffic_speed": "2"},
+                   "vllm_experiment_bench_load")
+    assert load["concurrencies"] == [0] and load["traffic_speed"] == 2.0
+    assert recorded(load)["traffic"] == "artifacts/traffic/h1"
+    with pytest.raises(ExperimentInputError, match=r"vllm_experiment_bench_load.traffic and "
+                                                   r"vllm_bench_load.prompts_file are both set"):
+        resolve(DEFAULTS, {"prompts_file": "p.jsonl"}, {"traffic": "t"}, "vllm_experiment_bench_load")
+    with pytest.raises(ExperimentInputError, match=r"vllm_bench_load.traffic_speed \(0.0\) must be above 0"):
+        resolve(DEFAULTS, {"traffic": "t", "traffic_speed": 0})
 
 
 def test_a_jobs_fields_over_the_fleets_over_the_defaults():
@@ -78,4 +95,5 @@ def test_a_record_keeps_what_was_sent_not_where_it_ran():
     load = resolve(DEFAULTS, {"environment": {"HF_TOKEN": "secret"}, "tokenizer": "/srv/tok", "args": ["--x"]})
     assert recorded(load) == {
         "input_len": 1024, "output_len": 256, "num_prompts": 64, "concurrencies": [1, 8, 32], "repeats": 3,
-        "warmups": 4, "seed": 0, "temperature": 0.0, "prompts_file": "", "bench_args": ["--x"]}
+        "warmups": 4, "seed": 0, "temperature": 0.0, "prompts_file": "", "bench_args": ["--x"], "traffic": "",
+        "traffic_speed": 1.0}
