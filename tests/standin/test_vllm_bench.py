@@ -167,6 +167,7 @@ def test_bench_needs_a_local_tokenizer(sandbox, tmp_path):
 
 @pytest.mark.parametrize("argv, code, text", [
     (["bench", "serve", "--help"], 0, "--max-concurrency"),
+    (["bench", "serve", "--help"], 0, "--self-timed, --no-self-timed"),
     (["bench"], 2, "usage"),
     (["bench", "throughput"], 2, "usage"),
     (["bench", "serve", "--dataset-name", "sharegpt"], 2, "only 'random'"),
@@ -309,3 +310,117 @@ def test_a_prompts_file_vllm_refuses_is_refused_in_its_words(sandbox, tmp_path, 
                     "--dataset-name", "custom", "--dataset-path", str(path), "--num-prompts", "1", *extra)
     assert done.returncode == 1, done.stdout + done.stderr
     assert words in done.stderr
+
+
+# ---------------------------------------------------------------- the timed_trace dataset (a recorded trace)
+
+BLOCK = 64  # the block the trace's hash_ids stand for (the recorder's); vLLM's default chunk is 16
+DEFAULT_CHUNK = 16
+# (timestamp in ms, input_length, output_length, hash_ids): one id a block, ceil(input / BLOCK) of them;
+# the second line shares the first's leading block
+TRACE = [(0, 150, 3, [0, 1, 2]), (100, 64, 2, [0]), (250, 200, 4, [3, 4, 5, 6]), (400, 40, 2, [7])]
+
+
+def write_trace(path, lines=TRACE):
+    path.write_text("".join(json.dumps({"timestamp": ts, "input_length": n, "output_length": out, "hash_ids": ids})
+                            + "\n" for ts, n, out, ids in lines))
+    return path
+
+
+def test_a_trace_line_expands_as_vllms_timed_trace():
+    expand = load_standin().expand_prompt
+    for _, length, _, ids in TRACE:
+        assert len(ids) == math.ceil(length / BLOCK)
+        assert len(expand(ids, length, BLOCK)) == length
+        # vLLM's chunk-size trap: at a smaller chunk each id gives only that chunk's tokens
+        assert len(expand(ids, length, DEFAULT_CHUNK)) == min(length, DEFAULT_CHUNK * len(ids))
+    first, second = expand([0, 1, 2], 150, BLOCK), expand([0], 64, BLOCK)
+    assert first[:BLOCK] == second, "a shared leading id gives the same leading tokens"
+    assert expand([9], 64, BLOCK) != second
+    # the last chunk is partial, drawn for its own size (vLLM's key is "id:size")
+    assert first[2 * BLOCK:] == expand([2], 150 - 2 * BLOCK, BLOCK)
+    assert first[2 * BLOCK:] != expand([2], BLOCK, BLOCK)[:150 - 2 * BLOCK]
+    assert first == expand([0, 1, 2], 150, BLOCK), "stable from one call (and process) to the next"
+    assert all(isinstance(t, int) and 0 <= t < 163840 for t in first)
+    assert expand([0, 1], 0, BLOCK) == expand([], 150, BLOCK) == []
+    assert len(expand([0, 1, 2, 3], 100, BLOCK)) == 100, "ids left over once the length is reached are unused"
+
+
+def test_timed_trace_reads_lines_in_order_up_to_num_prompts(tmp_path):
+    standin = load_standin()
+    args = standin.build_bench_parser().parse_args([
+        "--dataset-name", "timed_trace", "--dataset-path", str(write_trace(tmp_path / "t.jsonl")),
+        "--num-prompts", "3", "--timed-trace-sec-multiplier", "0.001", "--timed-trace-chunk-hash-size", str(BLOCK)])
+    samples = standin.bench_samples(args)
+    assert [(n, out, ts) for _, n, out, ts in samples] == [(n, out, ts * 0.001) for ts, n, out, _ in TRACE[:3]]
+    assert [len(prompt) for prompt, *_ in samples] == [n for _, n, _, _ in TRACE[:3]]
+
+
+@pytest.mark.parametrize(("row", "extra", "words"), [
+    ({"timestamp": 0, "output_length": 2}, [],
+     "ValueError: Input length field 'input_length' not found in trace entry. Available fields: "
+     "['timestamp', 'output_length']. Use --label-input-length to specify the correct field name."),
+    ({"timestamp": 0, "input_length": 2}, [], "ValueError: Output length field 'output_length' not found"),
+    ({"input_length": 2, "output_length": 2}, [], "ValueError: Timestamp field 'timestamp' not found"),
+    ({"t": 0, "in": 2, "out": 2}, ["--timed-trace-label-input-length", "in", "--timed-trace-label-output-length",
+                                   "out", "--timed-trace-label-timestamp", "ts"],
+     "ValueError: Timestamp field 'ts' not found in trace entry. Available fields: ['t', 'in', 'out']."),
+    (None, [], "ValueError: dataset_path must be provided for loading data."),
+])
+def test_a_trace_vllm_refuses_is_refused_in_its_words(sandbox, tmp_path, row, extra, words):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    done, _ = bench(sandbox, "--model", str(sandbox.model), "--tokenizer", str(sandbox.model),
+                    "--dataset-name", "timed_trace", "--num-prompts", "1", *extra,
+                    *(["--dataset-path", str(path)] if row is not None else []))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert words in done.stderr
+
+
+@pytest.mark.parametrize("extra", [["--self-timed"], ["--no-self-timed", "--dataset-name", "random"]])
+def test_self_timed_is_for_timed_trace_only(sandbox, extra):
+    done, _ = bench(sandbox, "--model", str(sandbox.model), "--tokenizer", str(sandbox.model),
+                    "--num-prompts", "1", *extra)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "ValueError: --self-timed/--no-self-timed is only supported with --dataset-name=timed_trace" \
+        in done.stderr
+
+
+def test_a_timed_trace_is_replayed_at_its_timestamps(server, sandbox, tmp_path):
+    server.start(env=KNOBS)
+    server.wait_ready()
+    trace = write_trace(tmp_path / "trace.jsonl")
+    replay = ("--dataset-name", "timed_trace", "--dataset-path", str(trace), "--timed-trace-sec-multiplier", "0.001")
+
+    def served(*args, name):
+        before = server.get("/metrics").text
+        done, result = bench(sandbox, *replay, *args, port=server.port, tmp_path=tmp_path, name=name)
+        assert done.returncode == 0, done.stdout + done.stderr
+        after = server.get("/metrics").text
+        return done, result, {what: counter(after, f"vllm:{what}_total") - counter(before, f"vllm:{what}_total")
+                              for what in ("prompt_tokens", "generation_tokens")}
+
+    # the recording's block as the chunk: every prompt its full length; three lines of four
+    done, result, delta = served("--timed-trace-chunk-hash-size", str(BLOCK), "--num-prompts", "3",
+                                 "--max-concurrency", "2", name="block.json")
+    lines = TRACE[:3]
+    assert delta == {"prompt_tokens": sum(n for _, n, _, _ in lines),
+                     "generation_tokens": sum(out for _, _, out, _ in lines)}
+    assert list(result) == BENCH_RESULT_KEYS
+    assert (result["completed"], result["failed"], result["num_prompts"]) == (3, 0, 3)
+    assert result["total_input_tokens"] == delta["prompt_tokens"]
+    assert result["duration"] >= lines[-1][0] * 0.001, "each request waits for its timestamp"
+    assert "Self timing is set, using the timestamps from the trace file." in done.stdout
+    assert "Traffic request rate:" not in done.stdout
+    # vLLM's default chunk (16): each block id gives 16 tokens, so the prompts come out short; every
+    # line once (no repeats past the file), and two warm-ups, each the first line's request
+    done, result, delta = served("--num-prompts", "10", "--num-warmups", "2", name="default.json")
+    short = [min(n, DEFAULT_CHUNK * len(ids)) for _, n, _, ids in TRACE]
+    assert sum(short) < sum(n for _, n, _, _ in TRACE)
+    assert delta["prompt_tokens"] == sum(short) + 2 * short[0]
+    assert (result["completed"], result["num_prompts"], result["total_input_tokens"]) == (4, 10, sum(short))
+    assert result["duration"] >= TRACE[-1][0] * 0.001
+    # --no-self-timed: the request rate (inf) instead of the timestamps
+    done, result, _ = served("--no-self-timed", "--num-prompts", "1", name="untimed.json")
+    assert result["completed"] == 1
+    assert "Traffic request rate: inf" in done.stdout and "Self timing is set" not in done.stdout

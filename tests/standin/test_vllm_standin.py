@@ -368,6 +368,33 @@ def test_completion_returns_max_tokens_and_updates_metrics(server):
         assert re.search(rf"^vllm:{hist}_sum\{{.*\}} [\d.e-]+$", metrics, re.M)
 
 
+def test_request_token_histograms_count_each_finished_request(server):
+    max_model_len = 4096  # what Server.start passes
+    server.start(env={"VLLM_STANDIN_TTFT_MS": "1", "VLLM_STANDIN_TPOT_MS": "1"})
+    server.wait_ready()
+    # (prompt, max_tokens) -> each sequence's (prompt tokens, generated tokens)
+    sent = [("two words", 7), (list(range(150)), 1), (list(range(20)), 5),
+            (["a b c", "one two three four five six"], 12),  # two sequences, one request
+            (list(range(4000)), 500)]  # max_tokens cut to what fits: 96
+    for prompt, max_tokens in sent:
+        assert server.post("/v1/completions", json={"prompt": prompt, "max_tokens": max_tokens}).ok
+    prompts, generated = [2, 150, 20, 3, 6, 4000], [7, 1, 5, 12, 12, max_model_len - 4000]
+    # vLLM's request_tokens buckets: 1, 2, 5 times each power of ten, up to max_model_len
+    bounds = sorted(m * 10**e for m in (1, 2, 5) for e in range(10) if m * 10**e <= max_model_len)
+    assert bounds[-1] == 2000
+    metrics = server.get("/metrics").text
+    label = f'model_name="{server.sandbox.model}"'
+    for name, values in (("vllm:request_prompt_tokens", prompts),
+                         ("vllm:request_generation_tokens", generated)):
+        buckets = re.findall(rf'^{name}_bucket{{engine="0",le="([^"]+)",{re.escape(label)}}} (\S+)$',
+                             metrics, re.M)
+        assert buckets == [(f"{float(b)}", f"{float(sum(v <= b for v in values))}") for b in bounds] \
+            + [("+Inf", f"{float(len(values))}")], name
+        assert f"{name}_count{{engine=\"0\",{label}}} {float(len(values))}" in metrics.splitlines()
+        assert f"{name}_sum{{engine=\"0\",{label}}} {float(sum(values))}" in metrics.splitlines()
+        assert f"# TYPE {name} histogram" in metrics
+
+
 def test_streamed_completion_is_sse_ending_with_done(server):
     server.start("--served-model-name", "kimi")
     server.wait_ready()

@@ -196,7 +196,7 @@ def api_main(argv):
         return 1
     server.app = {"engine": engine, "model": model, "model_name": model_name, "middlewares": middlewares,
                   "max_model_len": max_model_len, "api_key": api_key,
-                  "metrics": Metrics(model_name, speculative=spec is not None),
+                  "metrics": Metrics(model_name, max_model_len, speculative=spec is not None),
                   "spec": spec_step_model(spec), "seqs": Seqs(args.max_num_seqs),
                   "routes": routes(profiler_on),
                   "profiling": Profiling(pcfg), "access_log": not args.disable_uvicorn_access_log}

@@ -1,8 +1,8 @@
 """``vllm bench serve``: a real client of vLLM 0.32's serving benchmark (the subset the project
-uses: the random and the custom dataset, streamed OpenAI completions), run against a server, the stand-in or
-a real vLLM. It measures each request as vLLM's ``async_request_openai_completions`` does,
-prints vLLM's table and saves vLLM's result JSON (molecule/resources/standin/README.md:
-"vllm bench serve")."""
+uses: the random, the custom and the timed_trace dataset, streamed OpenAI completions), run
+against a server, the stand-in or a real vLLM. It measures each request as vLLM's
+``async_request_openai_completions`` does, prints vLLM's table and saves vLLM's result JSON
+(molecule/resources/standin/README.md: "vllm bench serve")."""
 
 import argparse
 import http.client
@@ -17,8 +17,9 @@ import time
 import traceback
 import urllib.parse
 import urllib.request
+import zlib
 
-from vllm_standin.vocab import FAKE_WORDS
+from vllm_standin.vocab import FAKE_WORDS, VOCABULARY
 
 BENCH_METRICS = (("ttft", "TTFT", "Time to First Token"),
                  ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
@@ -31,7 +32,8 @@ BENCH_DATASETS = ("sharegpt", "burstgpt", "sonnet", "random", "random-mm", "rand
 def build_bench_parser():
     parser = argparse.ArgumentParser(prog="vllm bench serve", allow_abbrev=False,
                                      description="Benchmark the online serving throughput "
-                                     "(vLLM stand-in: the random dataset, OpenAI completions).")
+                                     "(vLLM stand-in: the random, custom and timed_trace "
+                                     "datasets, OpenAI completions).")
     parser.add_argument("--label", default=None)
     parser.add_argument("--backend", default="openai", choices=["openai", "vllm"])
     parser.add_argument("--base-url", default=None)
@@ -49,11 +51,18 @@ def build_bench_parser():
     parser.add_argument("--skip-chat-template", action="store_true")
     parser.add_argument("--disable-shuffle", action="store_true")
     parser.add_argument("--custom-output-len", type=int, default=256)
+    parser.add_argument("--timed-trace-chunk-hash-size", type=int, default=16)
+    parser.add_argument("--timed-trace-sec-multiplier", type=float, default=1)
+    parser.add_argument("--timed-trace-label-timestamp", default="timestamp")
+    parser.add_argument("--timed-trace-label-input-length", default="input_length")
+    parser.add_argument("--timed-trace-label-output-length", default="output_length")
+    parser.add_argument("--timed-trace-label-hash-ids", default="hash_ids")
     parser.add_argument("--num-prompts", type=int, default=1000)
     parser.add_argument("--max-concurrency", type=int, default=None)
     parser.add_argument("--request-rate", type=float, default=float("inf"))
     parser.add_argument("--burstiness", type=float, default=1.0)
     parser.add_argument("--ignore-eos", action="store_true")
+    parser.add_argument("--self-timed", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--num-warmups", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=None)
@@ -234,34 +243,100 @@ def custom_samples(args):
         else:
             out = args.custom_output_len
         prompt = str(row["prompt"])
-        samples.append((prompt, max(1, len(prompt.split())), out))
+        samples.append((prompt, max(1, len(prompt.split())), out, None))
     if not args.no_oversample and len(samples) < args.num_prompts:
         random.seed(args.seed)
         samples += [random.choice(samples) for _ in range(args.num_prompts - len(samples))]
     return samples
 
 
+def expand_prompt(hash_ids, input_length, chunk, cache=None):
+    """vLLM's ``TimedTrace._expand_prompt``: each hash id gives ``chunk`` token ids, the last only what is
+    left of ``input_length``, until that is used up or the ids are. So a line whose ids were made with a
+    block larger than ``chunk`` expands to ``chunk`` tokens an id: a short prompt. A chunk's ids are
+    drawn once per ``f"{id}:{size}"`` (``cache``), as vLLM draws them; vLLM seeds its draw with the key's
+    ``hash()``, which changes from one process to the next, the stand-in with its CRC-32, which does
+    not, and draws below its vocabulary size instead of from a tokenizer's vocabulary."""
+    cache = {} if cache is None else cache
+    tokens, remaining = [], input_length
+    for hash_id in hash_ids:
+        size = chunk if remaining >= chunk else remaining
+        key = f"{hash_id}:{size}"
+        if key not in cache:
+            cache[key] = random.Random(zlib.crc32(key.encode())).choices(range(VOCABULARY), k=size)
+        tokens.extend(cache[key])
+        remaining -= size
+        if remaining <= 0:
+            break
+    return tokens
+
+
+def timed_trace_samples(args):
+    """vLLM's TimedTrace: a JSONL trace (Mooncake's form), read in file order, at most ``--num-prompts``
+    lines, never repeated; each line's prompt is its ``hash_ids`` expanded (:func:`expand_prompt`) and
+    sent as token ids, answered with its ``output_length`` tokens, at its ``timestamp`` times
+    ``--timed-trace-sec-multiplier`` seconds after the run's start. The labels are the
+    ``--timed-trace-label-*`` options; a missing one is vLLM's ValueError (which names the flags
+    without their ``timed-trace-`` part, as vLLM's does)."""
+    chunk, multiplier = int(args.timed_trace_chunk_hash_size), float(args.timed_trace_sec_multiplier)
+    label_ts, label_in = args.timed_trace_label_timestamp, args.timed_trace_label_input_length
+    label_out, label_ids = args.timed_trace_label_output_length, args.timed_trace_label_hash_ids
+    print(f"timed-trace: chunk_size: {chunk}, sec_multiplier: {multiplier}, label_ts: \"{label_ts}\", "
+          f"label_input_length: \"{label_in}\", label_output_length: \"{label_out}\", "
+          f"label_hash_ids: \"{label_ids}\"")
+    if args.dataset_path is None:
+        raise ValueError("dataset_path must be provided for loading data.")
+    with open(args.dataset_path, encoding="utf-8") as fh:
+        lines = fh.readlines()
+    samples, cache = [], {}
+    for line in lines:
+        if len(samples) >= args.num_prompts:
+            break
+        entry = json.loads(line.strip())
+        input_length = entry.get(label_in)
+        if input_length is None:
+            raise ValueError(f"Input length field '{label_in}' not found in trace entry. Available fields: "
+                             f"{list(entry.keys())}. Use --label-input-length to specify the correct field name.")
+        output_length = entry.get(label_out)
+        if output_length is None:
+            raise ValueError(f"Output length field '{label_out}' not found in trace entry. Available fields: "
+                             f"{list(entry.keys())}. Use --label-output-length to specify the correct field name.")
+        prompt = expand_prompt(entry.get(label_ids, []), input_length, chunk, cache)
+        ts_value = entry.get(label_ts)
+        if ts_value is None:
+            raise ValueError(f"Timestamp field '{label_ts}' not found in trace entry. Available fields: "
+                             f"{list(entry.keys())}. Use --label-timestamp to specify the correct field name.")
+        samples.append((prompt, len(prompt), output_length, float(ts_value) * multiplier))
+    return samples
+
+
 def bench_samples(args):
-    """The random dataset: prompts of --random-input-len words (the stand-in's tokens); the custom
-    dataset: :func:`custom_samples`."""
+    """(prompt, its tokens, output tokens, timestamp or None) per request. The random dataset: prompts of
+    --random-input-len words (the stand-in's tokens); the custom dataset: :func:`custom_samples`; the
+    timed_trace dataset: :func:`timed_trace_samples`."""
     if args.dataset_name == "custom":
         return custom_samples(args)
+    if args.dataset_name == "timed_trace":
+        return timed_trace_samples(args)
     if args.dataset_path is not None:
         raise ValueError(f"Cannot use '{args.dataset_name}' dataset with --dataset-path. Please specify the "
                          "appropriate --dataset-name (e.g., 'sharegpt', 'custom', 'hf') for your dataset file: "
                          f"{args.dataset_path}")
     rng = random.Random(args.seed)
     return [(" ".join(rng.choice(FAKE_WORDS) for _ in range(max(1, args.random_input_len))),
-             max(1, args.random_input_len), args.random_output_len)
+             max(1, args.random_input_len), args.random_output_len, None)
             for _ in range(args.num_prompts)]
 
 
-def bench_run_all(api_url, payloads, max_concurrency, request_rate, burstiness, seed):
+def bench_run_all(api_url, payloads, max_concurrency, request_rate, burstiness, seed, timestamps=None):
     """Send every request on its own thread, at most ``max_concurrency`` at once, arriving as
-    vLLM's get_request spaces them (gamma intervals of mean 1/rate; none at rate inf)."""
+    vLLM's get_request spaces them (gamma intervals of mean 1/rate; none at rate inf). Self-timed
+    (``timestamps``, seconds, one a request): each request is sent at the run's start plus its own
+    timestamp (at once when that has passed or is not above 0), in order, rate and burstiness unused."""
     sem = threading.Semaphore(max_concurrency) if max_concurrency else None
     outputs = [None] * len(payloads)
     rng = random.Random(seed)
+    start = time.perf_counter()
 
     def one(i, payload, prompt_len, arrival):
         if sem:
@@ -276,7 +351,12 @@ def bench_run_all(api_url, payloads, max_concurrency, request_rate, burstiness, 
 
     threads = []
     for i, (payload, prompt_len) in enumerate(payloads):
-        if i and request_rate != float("inf"):
+        if timestamps is not None:
+            if timestamps[i] > 0:
+                wait = start + timestamps[i] - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+        elif i and request_rate != float("inf"):
             theta = 1.0 / (request_rate * burstiness)
             time.sleep(rng.gammavariate(burstiness, theta))
         thread = threading.Thread(target=one, args=(i, payload, prompt_len, time.perf_counter()),
@@ -341,9 +421,9 @@ def bench_main(argv):
               "modelled)", file=sys.stderr)
         return 2
     args = build_bench_parser().parse_args(argv[1:])
-    if args.dataset_name not in ("random", "custom"):
+    if args.dataset_name not in ("random", "custom", "timed_trace"):
         build_bench_parser().error(f"argument --dataset-name: the stand-in models only "
-                                   f"'random' and 'custom', not {args.dataset_name!r}")
+                                   f"'random', 'custom' and 'timed_trace', not {args.dataset_name!r}")
     shown = vars(args).copy()
     print("Namespace(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")", flush=True)
     try:
@@ -391,6 +471,16 @@ def bench_serve(args):
         metadata[key.strip()] = value.strip()
     # vLLM: the random dataset on an OpenAI backend always ignores EOS; another, when asked
     ignore_eos = args.ignore_eos or args.dataset_name == "random"
+    if args.dataset_name == "timed_trace":
+        # vLLM: a trace's output lengths are kept (EOS ignored) and its timestamps used unless
+        # --no-self-timed
+        ignore_eos = True
+        if args.self_timed is None:
+            args.self_timed = True
+    elif args.self_timed is not None:
+        raise ValueError("--self-timed/--no-self-timed is only supported with --dataset-name=timed_trace")
+    else:
+        args.self_timed = False
     sampling = {} if args.temperature is None else {"temperature": args.temperature}
     if not sampling:
         print("WARNING: vllm bench serve no longer sets temperature==0 (greedy) in requests by "
@@ -433,14 +523,18 @@ def bench_serve(args):
                       float("inf"), 1.0, args.seed)
         print("Warmup run completed.")
     print("Starting main benchmark run...")
-    print(f"Traffic request rate: {args.request_rate}")
-    distribution = "Poisson process" if args.burstiness == 1.0 else "Gamma distribution"
-    print(f"Burstiness factor: {args.burstiness} ({distribution})")
-    print(f"Maximum request concurrency: {args.max_concurrency}", flush=True)
+    if not args.self_timed:
+        print(f"Traffic request rate: {args.request_rate}")
+        distribution = "Poisson process" if args.burstiness == 1.0 else "Gamma distribution"
+        print(f"Burstiness factor: {args.burstiness} ({distribution})")
+        print(f"Maximum request concurrency: {args.max_concurrency}", flush=True)
+    else:
+        print("Self timing is set, using the timestamps from the trace file.", flush=True)
     spec_before = bench_fetch_spec(base_url)
     t0 = time.perf_counter()
-    outputs = bench_run_all(api_url, [(payload(p, o), n) for p, n, o in samples],
-                            args.max_concurrency, args.request_rate, args.burstiness, args.seed)
+    outputs = bench_run_all(api_url, [(payload(p, o), n) for p, n, o, _ in samples],
+                            args.max_concurrency, args.request_rate, args.burstiness, args.seed,
+                            [ts or 0.0 for *_, ts in samples] if args.self_timed else None)
     duration = time.perf_counter() - t0
     spec_after = bench_fetch_spec(base_url)
     m = bench_metrics(outputs, duration)

@@ -18,9 +18,9 @@ from vllm_standin.generation import Generation
 from vllm_standin.knobs import fault
 from vllm_standin.logs import log, uvicorn_log
 from vllm_standin.traces import write_frontend_trace
+from vllm_standin.vocab import VOCABULARY
 
 PROTECTED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
-VOCABULARY = 163840  # Kimi-K2.5's vocabulary size: the stand-in's token ids stay below it
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -14,6 +14,28 @@ E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
                50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0]
 
 
+def build_1_2_5_buckets(max_value):
+    """vLLM's ``v1/metrics/buckets.build_1_2_5_buckets``: 1, 2, 5, 10, 20, 50, ... up to ``max_value``
+    included, the buckets of its ``request_tokens`` family (capped at the server's max_model_len)."""
+    buckets, exponent = [], 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_value:
+                return buckets
+            buckets.append(value)
+        exponent += 1
+
+
+def go_float(value):
+    """A bound as prometheus_client's ``floatToGoString`` prints it (``le="1.0"``, ``"1e+06"``)."""
+    text = repr(float(value))
+    dot = text.find(".")
+    if float(value) > 0 and dot > 6:  # Go switches to exponents sooner than Python
+        return f"{text[0]}.{text[1:dot]}{text[dot + 1:]}".rstrip("0.") + f"e+0{dot - 1}"
+    return text
+
+
 class Histogram:
     def __init__(self, name, doc, buckets):
         self.name, self.doc, self.buckets = name, doc, buckets
@@ -30,7 +52,7 @@ class Histogram:
     def render(self, labels, created):
         out = [f"# HELP {self.name} {self.doc}", f"# TYPE {self.name} histogram"]
         for bound, count in zip(self.buckets, self.counts, strict=True):
-            out.append(f"{self.name}_bucket{labels(le=bound)} {float(count)}")
+            out.append(f"{self.name}_bucket{labels(le=go_float(bound))} {float(count)}")
         out.append(f"{self.name}_bucket{labels(le='+Inf')} {float(self.count)}")
         out.append(f"{self.name}_count{labels()} {float(self.count)}")
         out.append(f"{self.name}_sum{labels()} {self.sum}")
@@ -43,7 +65,7 @@ FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 
 class Metrics:
-    def __init__(self, model_name, speculative=False):
+    def __init__(self, model_name, max_model_len, speculative=False):
         self.model_name = model_name
         self.lock = threading.Lock()
         self.created = time.time()
@@ -62,6 +84,13 @@ class Metrics:
                       TOKEN_BUCKETS),
             Histogram("vllm:e2e_request_latency_seconds",
                       "Histogram of e2e request latency in seconds.", E2E_BUCKETS),
+        ]
+        # Observed once a finished request (vLLM: per finished request, its prompt and its generated tokens).
+        token_buckets = build_1_2_5_buckets(max_model_len)
+        self.request_tokens = [
+            Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", token_buckets),
+            Histogram("vllm:request_generation_tokens", "Number of generation tokens processed.",
+                      token_buckets),
         ]
         # Observed at each step of each request (vLLM: once a step of the whole batch), so its count
         # advances exactly while requests do: what a watch reads as the engine's progress.
@@ -82,11 +111,14 @@ class Metrics:
                 self.hists[1].observe(step_s, seqs)
 
     def finished(self, prompt_tokens, out_tokens, ttft, tpot, e2e):
-        """One finished sequence: its prompt, the time to its first token, its mean time per output
-        token (observed when it had more than one) and its whole latency."""
+        """One finished sequence: its prompt, its generated tokens, the time to its first token, its mean
+        time per output token (observed when it had more than one) and its whole latency."""
         with self.lock:
             self.prompt_tokens += prompt_tokens
             self.success += 1
+            prompt_h, generation_h = self.request_tokens
+            prompt_h.observe(prompt_tokens)
+            generation_h.observe(out_tokens)
             ttft_h, _, tpot_h, e2e_h = self.hists
             ttft_h.observe(ttft)
             if out_tokens > 1:
@@ -137,7 +169,7 @@ class Metrics:
                 out += [f"{name}_total{lb(**extra)} {float(value)}" for extra, value in series]
                 out += [f"# HELP {name}_created {doc}", f"# TYPE {name}_created gauge"]
                 out += [f"{name}_created{lb(**extra)} {self.created}" for extra, _ in series]
-            for hist in (*self.hists, self.iteration):
+            for hist in (*self.request_tokens, self.iteration, *self.hists):  # vLLM's order
                 out += hist.render(lb, self.created)
         return "\n".join(out) + "\n"
 
