@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..experiment.analysis import THROUGHPUT, TPOT, analyze_host
+from ..experiment.analysis import THROUGHPUT, TPOT, analyze_host, point_words
 from .errors import RolloutInputError
 
 __all__ = ["CHANGE", "SCHEMA", "error_share", "gate"]
@@ -68,25 +68,31 @@ def gate(exp: Mapping, max_regression_pct: float, accept_inconclusive: bool = Fa
     points, regressions, warnings, inconclusive = [], [], [], []
     for base, point in zip(analysis["baseline"]["points"], variant["points"], strict=True):
         c = point["concurrency"]
+        at = point_words(c)
         tpot = _metric(base, point, TPOT, +1, max_regression_pct)
         thr = _metric(base, point, THROUGHPUT, -1, max_regression_pct)
         before, after = error_share(base), error_share(point)
         errors = {"baseline_pct": before, "change_pct": after,
                   "regressed": before is not None and after is not None and after - before > max_regression_pct}
         not_compared = "not compared" in (tpot["verdict"], thr["verdict"])
-        if point["status"] != "ok":
-            regressions.append(f"the change completed no request at concurrency {c}")
+        invalid = [(who, p) for who, p in (("baseline", base), ("change", point)) if p["status"] == "invalid"]
+        if invalid:
+            # a replay that did not reproduce the recording measured something else: nothing to judge by
+            regressions += [f"the {who}'s replays did not reproduce the recording, so the gate cannot judge "
+                            f"the change: {'; '.join(p['invalid'])}" for who, p in invalid]
+        elif point["status"] != "ok":
+            regressions.append(f"the change completed no request {at}")
         elif not_compared:
-            regressions.append(f"the baseline completed no request at concurrency {c}: nothing to compare with")
+            regressions.append(f"the baseline completed no request {at}: nothing to compare with")
         for name, fig, word in (("TPOT", tpot, "rose"), ("throughput", thr, "fell")):
             if fig["regressed"] and fig["verdict"] != "failed":
-                regressions.append(f"{name} {word} {abs(fig['change_pct']):.1f}% at concurrency {c} "
+                regressions.append(f"{name} {word} {abs(fig['change_pct']):.1f}% {at} "
                                    f"(noise ±{fig['noise_pct']:.1f}%)")
             if fig["noise_pct"] is not None and fig["noise_pct"] > max_regression_pct and not fig["regressed"]:
-                inconclusive.append(f"the {name} noise band at concurrency {c} (±{fig['noise_pct']:.1f}%) is wider "
+                inconclusive.append(f"the {name} noise band {at} (±{fig['noise_pct']:.1f}%) is wider "
                                     f"than the largest regression allowed ({max_regression_pct:g}%)")
         if errors["regressed"]:
-            regressions.append(f"failed requests rose from {before:.1f}% to {after:.1f}% at concurrency {c}")
+            regressions.append(f"failed requests rose from {before:.1f}% to {after:.1f}% {at}")
         points.append({"concurrency": c, "status": point["status"], "tpot": tpot, "throughput": thr,
                        "errors": errors, "runs": {"baseline": base["runs"], "change": point["runs"]}})
     if regressions:
@@ -109,8 +115,8 @@ def gate(exp: Mapping, max_regression_pct: float, accept_inconclusive: bool = Fa
 
 def _fig(name: str, fig: Mapping, c: int) -> str:
     if fig["change_pct"] is None:
-        return f"{name} not compared at concurrency {c}"
-    return f"{name} {fig['change_pct']:+.1f}% (noise ±{fig['noise_pct']:.1f}%) at concurrency {c}"
+        return f"{name} not compared {point_words(c)}"
+    return f"{name} {fig['change_pct']:+.1f}% (noise ±{fig['noise_pct']:.1f}%) {point_words(c)}"
 
 
 def gate_line(host: str, lo: Mapping, hi: Mapping, points: list, verdict: str, max_pct: float,

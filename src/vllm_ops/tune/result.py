@@ -52,7 +52,7 @@ from .. import loadcost
 from ..artifacts import write_json, write_text
 from ..cliutil import read_json
 from ..experiment import build_report, load_experiment
-from ..experiment.analysis import TPOT, drift_measured
+from ..experiment.analysis import TPOT, drift_measured, point_words
 from ..job import JobInputError, downtime_text, duration
 from ..records import RecordError, TuneRecord
 from ..records.tune import TUNE_JSON
@@ -186,14 +186,15 @@ def analyze(directory: str | Path) -> dict:
         changes = next((c["settings"] for c in plan.get("candidates") or [] if c["name"] == win["name"]),
                        win["settings"])
         if tpot["verdict"] == "better":
-            result = (f"tested: `{changes}` TPOT {tpot['change_pct']:+.1f}% (+/-{tpot['noise_pct']:.1f}%) at "
-                      f"concurrency {conc}, "
+            result = (f"tested: `{changes}` TPOT {tpot['change_pct']:+.1f}% (+/-{tpot['noise_pct']:.1f}%) "
+                      f"{point_words(conc)}, "
                       + (f"expected {expected:.1f} ms, " if expected is not None else "expected: not estimated, ")
                       + (f"measured {measured:.1f} ms" if measured is not None else "measured: -"))
         else:
             thr = win["headline"]["throughput"]
-            result = (f"tested: `{changes}` throughput {thr['change_pct']:+.1f}% (+/-{thr['noise_pct']:.1f}%) at "
-                      f"concurrency {thr['concurrency']}; TPOT no change (+/-{tpot['noise_pct']:.1f}%) at {conc}")
+            result = (f"tested: `{changes}` throughput {thr['change_pct']:+.1f}% (+/-{thr['noise_pct']:.1f}%) "
+                      f"{point_words(thr['concurrency'])}; TPOT no change (+/-{tpot['noise_pct']:.1f}%) "
+                      f"{point_words(conc)}")
         settings = merged_settings(unit, win)
         out_winner = {"name": win["name"], "changes": changes, "settings": settings, "expected_ms": expected,
                       "measured_ms": measured, "tpot": tpot, "throughput": win["headline"]["throughput"],

@@ -1,6 +1,8 @@
 """The canary's gate (vllm_ops.rollout.gate): expected figures computed here from the runs."""
 
+import json
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +108,25 @@ def test_an_unmeasured_baseline_cannot_pass(canary_dir):
 def test_a_negative_threshold_is_refused(canary_dir):
     with pytest.raises(RolloutInputError, match="0 or more"):
         gate(load_experiment(canary_dir({1: same(10.0, 100.0)}, {1: same(10.0, 100.0)})), -1)
+
+
+def test_a_replay_that_did_not_reproduce_the_recording_cannot_pass(canary_dir):
+    # The canary measured on the users' replayed traffic (one point, concurrency 0): the change's replays
+    # sent other prompts than recorded, so its faster figures measure something else and cannot pass.
+    directory = Path(canary_dir({0: same(10.0, 100.0)}, {0: same(5.0, 200.0)}))
+    path = directory / "experiment.json"
+    record = json.loads(path.read_text())
+    record["load"].update(traffic="artifacts/traffic/a", traffic_speed=1.0)
+    why = "the server saw 96 input tokens against the recording's 3072"
+    for run in record["runs"]:
+        valid = run["variant"] == "baseline"
+        run["fidelity"] = {"valid": valid, "message": "the replay reproduced the recording" if valid else why,
+                           "checks": []}
+    path.write_text(json.dumps(record))
+    (directory / "bench").mkdir(exist_ok=True)
+    (directory / "bench/replay.json").write_text(json.dumps({"requests": 2, "span_s": 1.0, "block": 512}))
+    verdict = gate(load_experiment(directory), 5.0)
+    assert not verdict["passed"] and verdict["verdict"] == "regressed"
+    assert verdict["regressions"] == [f"the change's replays did not reproduce the recording, so the gate cannot "
+                                      f"judge the change: {why}"]
+    assert "TPOT not compared on the replayed traffic" in verdict["line"]
