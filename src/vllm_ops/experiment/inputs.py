@@ -90,4 +90,15 @@ def load_experiment(directory: str | Path) -> dict:
     # A replay: what the recording held (bench/replay.json, written by the replay command), or null.
     replay = d / REPLAY_JSON
     exp["replay"] = _read_json(replay, "the replay's expectation") if record.load.get("traffic") else None
+    exp["recording"] = None if record.load.get("traffic") else recording_near(d, record.host)
     return exp
+
+
+def recording_near(directory: Path, host: str) -> str | None:
+    """A recording of ``host``'s traffic fetched beside the job's artifacts (playbooks/traffic.yml's
+    ``ARTIFACTS/traffic/HOST``, the job's directory being ``ARTIFACTS/HOST/ID`` or below it), or None."""
+    for parent in list(directory.resolve().parents)[:3]:
+        found = parent / "traffic" / host
+        if any(found.glob("traffic-*.jsonl")):
+            return str(found)
+    return None

@@ -159,6 +159,8 @@ def build_report(experiments: list[Mapping]) -> dict:
         "finished_at": max((e["finished_at"] for e in experiments if e["finished_at"]), default=None),
         "model": first["model"], "vllm_version": first["vllm_version"], "load": dict(first["load"]),
         "replay": replay_summary(experiments, [*baselines, *variants]),
+        # not a replay, while a recording of a host's traffic was fetched beside the job: said with the load
+        "recordings": {e["host"]: e["recording"] for e in experiments if e.get("recording")},
         "noise_floor_pct": first["noise_floor_pct"],
         "noise_rule": NOISE_RULE.format(floor=f"{first['noise_floor_pct']:g}"),
         "headline_metrics": {"tpot": {"metric": TPOT, "concurrency": min(conc), "words": point_words(min(conc))},

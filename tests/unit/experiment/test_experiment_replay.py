@@ -128,3 +128,14 @@ def test_an_experiment_on_a_replay_says_what_it_replayed_and_leaves_out_replays_
     assert "3 of 9 replays did not reproduce the recording" in text
     assert "trapped on h1: 3 of 3 replays did not reproduce the recording" in text
     assert "concurrency 0" not in text
+
+
+def test_a_random_load_beside_a_fetched_recording_says_how_to_replay_it(tmp_path, make_dir):
+    exp = make_dir(tmp_path / "artifacts/h1/20261201T142500Z")
+    assert build_report([load_experiment(exp)])["recordings"] == {}
+    recording = write_recording(tmp_path / "artifacts/traffic/h1")
+    report = build_report([load_experiment(exp)])
+    assert report["recordings"] == {"h1": str(recording)} and report["replay"] is None
+    assert cli.main(["analyze", exp]) == 0
+    assert f"`-e vllm_bench_traffic={recording}` measures on what its users send" in \
+        (tmp_path / "artifacts/h1/20261201T142500Z/report.md").read_text()
