@@ -134,12 +134,14 @@ def pending(host_dir: str | Path, found: Iterable[Mapping], since: float | None 
         if sidecar is None:
             out["unpaired"].append(name)
             continue
-        if not overlaps(_name_start(name), float(files[name]["mtime"]), since, until):
+        mtime, size = files[name].get("mtime"), files[name].get("size")
+        if not overlaps(_name_start(name), None if mtime is None else float(mtime), since, until):
             out["outside"] += 1
             continue
         out["recordings"] += 1
         here = Path(host_dir) / name
-        same = (here.is_file() and here.stat().st_size == int(files[name]["size"])
+        # what find did not say (a size, a checksum) is taken as changed: fetched
+        same = (here.is_file() and size is not None and here.stat().st_size == int(size)
                 and sidecar.get("checksum") is not None and _sha1(here.with_suffix(".json")) == sidecar["checksum"])
         if not same:
             out["fetch"] += [name, sidecar_name]
