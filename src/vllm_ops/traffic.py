@@ -7,6 +7,9 @@ JSONL file a window, each with a sidecar. Definitions:
 - **a recording** (:func:`read`): every line of the given files, each with its arrival in Unix seconds (the
   sidecar's ``start`` plus the line's ``timestamp``), sorted by arrival; the sidecars' ``block`` must agree
   (a replay synthesises one prompt block per id of that many tokens). :func:`select` keeps a window of it.
+  The window being written is read as far as it is whole: a last line without its newline that is not a
+  recorder's line (the recorder was writing it when the file was copied) is left out and counted
+  (``partial``); a bad line anywhere else is an error.
 - **replayable**: a request answered 200 with a prompt and a completion of at least one token; the rest
   (refused, failed, cut) is counted, not replayed.
 - **the replay's file** (:func:`replay_lines`, :func:`write_replay`): the replayable requests as Mooncake
@@ -78,6 +81,7 @@ class Recording:
     requests: list[Request]
     block: int
     sidecars: list[dict] = field(default_factory=list)
+    partial: int = 0  # last lines left out: cut where the recorder was writing them (see the module's docstring)
 
     @property
     def versions(self) -> list[str]:
@@ -100,6 +104,7 @@ def read(paths: Iterable[Path | str]) -> Recording:
         raise TrafficInputError("no recording (traffic-*.jsonl) found: fetch one with playbooks/traffic.yml")
     requests: list[Request] = []
     sidecars: list[dict] = []
+    partial = 0
     for path in files:
         sidecar_path = path.with_suffix(".json")
         try:
@@ -111,7 +116,10 @@ def read(paths: Iterable[Path | str]) -> Recording:
             raise TrafficInputError(f"{sidecar_path}: schema {sidecar.get('schema')!r}, not {host.SCHEMA!r}")
         sidecars.append(sidecar)
         start, epoch = float(sidecar["start"]), str(sidecar.get("epoch", path.name))
-        for number, text in enumerate(path.read_text().splitlines(), 1):
+        # the lines the recorder ended, and what follows the last newline: a line it may still be writing
+        whole, _, tail = path.read_bytes().decode().rpartition("\n")
+        texts = whole.splitlines()
+        for number, text in enumerate([*texts, tail], 1):
             if not text.strip():
                 continue
             try:
@@ -122,19 +130,22 @@ def read(paths: Iterable[Path | str]) -> Recording:
                     epoch=epoch, status=line.get("status"), endpoint=line.get("endpoint", "completions"),
                     stream=bool(line.get("stream", False))))
             except (ValueError, KeyError, TypeError) as exc:
+                if number > len(texts):  # the unfinished last line: whole at the next fetch
+                    partial += 1
+                    continue
                 raise TrafficInputError(f"{path}:{number}: not a recorder's line ({exc})") from exc
     blocks = sorted({int(s["block"]) for s in sidecars})
     if len(blocks) != 1:
         raise TrafficInputError(f"the recordings have blocks of {blocks} tokens: replay each block's apart")
     requests.sort(key=lambda r: r.arrival)
-    return Recording(requests, blocks[0], sidecars)
+    return Recording(requests, blocks[0], sidecars, partial)
 
 
 def select(recording: Recording, start: float | None = None, end: float | None = None) -> Recording:
     """The requests that arrived in [start, end) (Unix seconds; None: unbounded)."""
     kept = [r for r in recording.requests
             if (start is None or r.arrival >= start) and (end is None or r.arrival < end)]
-    return Recording(kept, recording.block, recording.sidecars)
+    return Recording(kept, recording.block, recording.sidecars, recording.partial)
 
 
 def replay_lines(requests: Iterable[Request]) -> list[dict]:

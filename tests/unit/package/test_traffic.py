@@ -158,3 +158,21 @@ def test_recordings_that_cannot_be_replayed_together_are_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(traffic.TrafficInputError, match="no recording"):
         traffic.read([tmp_path / "empty"])
+
+
+def test_the_window_being_written_is_read_as_far_as_it_is_whole(recording):
+    # copied while the recorder wrote its last line: that line is left out and counted, the rest read
+    path = recording / "traffic-b.jsonl"
+    whole = path.read_text()
+    path.write_text(whole + json.dumps(line(5000, 80, 8, [5]))[:25])
+    read = traffic.read([recording])
+    assert read.partial == 1 and len(read.requests) == 7 and read.requests[-1].arrival == START_B + 4
+    assert traffic.select(read, START_B).partial == 1
+    # the last line whole but for its newline is the recorder's: kept
+    path.write_text(whole + json.dumps(line(5000, 80, 8, [5])))
+    read = traffic.read([recording])
+    assert read.partial == 0 and read.requests[-1].arrival == START_B + 5
+    # a bad line anywhere else is still an error, naming it
+    path.write_text(whole.replace("\n", "\n{\"timestamp\": 1\n", 1))
+    with pytest.raises(traffic.TrafficInputError, match=r"traffic-b\.jsonl:2: not a recorder's line"):
+        traffic.read([recording])
