@@ -43,15 +43,26 @@ COLUMN_DOCS: dict[str, str] = {
     "baseline_host": "the host whose baseline the row is compared with",
     "load_ready_s": "the server's model load, seconds from its start to ready (the baseline: the normal service "
                     "loaded back at the end; empty: not loaded by the experiment, or it never got ready)",
+    "load": "what the benchmark sent: 'random', 'prompts FILE', or 'replay RECORDING' (at 'xN' its speed; the "
+            "row's concurrency is then 0, the recording's own arrivals)",
 }
 COLUMNS: tuple[str, ...] = tuple(COLUMN_DOCS)
 # Columns added since the first release, at the end: a file without them is migrated, its rows padded.
-ADDED_COLUMNS: tuple[str, ...] = ("load_ready_s",)
+ADDED_COLUMNS: tuple[str, ...] = ("load_ready_s", "load")
+
+
+def load_words(load: Mapping) -> str:
+    """The ``load`` column: what the benchmark sent, in a word and a path."""
+    if load.get("traffic"):
+        speed = float(load.get("traffic_speed") or 1)
+        return f"replay {load['traffic']}" + (f" x{speed:g}" if speed != 1 else "")
+    return f"prompts {load['prompts_file']}" if load.get("prompts_file") else "random"
 
 
 def rows(report: Mapping) -> list[dict]:
     """The CSV rows of a report (``report.json``'s dict): baselines first, then the variants."""
     finished = {e["host"]: e["finished_at"] for e in report["experiments"]}
+    sent = load_words(report["load"])
     out = []
     for entry in [*report["baselines"], *report["variants"]]:
         for p in entry["points"]:
@@ -72,6 +83,7 @@ def rows(report: Mapping) -> list[dict]:
                 "spec_acceptance": p["spec_decode"]["acceptance"], "preemptions": p["preemptions"],
                 "baseline_host": entry["host"],
                 "load_ready_s": load["total_s"] if load and load.get("ready") else None,
+                "load": sent,
             }
             assert tuple(row) == COLUMNS
             out.append(row)

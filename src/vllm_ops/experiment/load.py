@@ -63,6 +63,8 @@ def _check(load: Mapping, where: dict[str, str]) -> dict:
         if out[key] < least:
             raise ExperimentInputError(f"{where[key]} ({out[key]}) must be at least {least}{why}")
     concurrencies = load["concurrencies"]
+    if load.get("traffic") and concurrencies == [REPLAY]:
+        concurrencies = [1]  # a load already resolved as a replay, checked again: its one point
     if isinstance(concurrencies, (str, Mapping)) or not hasattr(concurrencies, "__iter__"):
         raise ExperimentInputError(f"{where['concurrencies']} must be a list of whole numbers, not {concurrencies!r}")
     out["concurrencies"] = [_integer(c, where["concurrencies"]) for c in concurrencies]

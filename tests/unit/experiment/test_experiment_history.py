@@ -20,7 +20,7 @@ EXPECTED_COLUMNS = (
     "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
     "median_e2el_ms", "p99_e2el_ms", "output_throughput", "completed", "failed_requests",
     "tpot_change_pct", "tpot_noise_pct", "tpot_verdict", "throughput_change_pct", "throughput_noise_pct",
-    "throughput_verdict", "spec_acceptance", "preemptions", "baseline_host", "load_ready_s",
+    "throughput_verdict", "spec_acceptance", "preemptions", "baseline_host", "load_ready_s", "load",
 )
 
 
@@ -49,7 +49,7 @@ def test_rows_are_written(tmp_path, report, fx):
     assert (win1["tpot_change_pct"], win1["tpot_noise_pct"], win1["tpot_verdict"]) == ("-10.0", "2.0", "better")
     assert (win8["throughput_change_pct"], win8["throughput_verdict"]) == ("10.0", "better")
     assert win1["category"] == "better" and win1["status"] == "ok" and win1["completed"] == "96"
-    assert win1["spec_acceptance"] == "" and win1["preemptions"] == "0"
+    assert win1["spec_acceptance"] == "" and win1["preemptions"] == "0" and win1["load"] == "random"
     spec = next(r for r in got if r["variant"] == "max-num-seqs=64")
     assert spec["spec_acceptance"] == "0.5"
     draft = [r for r in got if r["variant"] == "draft"]
@@ -66,14 +66,16 @@ def test_appends_under_the_same_header(tmp_path, report):
     assert len(lines) == 1 + 2 * 14 and lines.count(",".join(COLUMNS)) == 1
 
 
-def test_a_file_of_the_release_before_the_load_column_is_migrated(tmp_path, report):
+@pytest.mark.parametrize("missing", [1, 2])
+def test_a_file_of_a_release_before_the_load_columns_is_migrated(tmp_path, report, missing):
+    # two releases back: neither load_ready_s nor load; one back: no load
     path = tmp_path / "experiments.csv"
-    old_header = ",".join(EXPECTED_COLUMNS[:-1])
-    old_row = ",".join(["old"] + [""] * (len(EXPECTED_COLUMNS) - 2))
+    old_header = ",".join(EXPECTED_COLUMNS[:-missing])
+    old_row = ",".join(["old"] + [""] * (len(EXPECTED_COLUMNS) - missing - 1))
     path.write_text(f"{old_header}\n{old_row}\n")
     append_experiment(path, report)
     lines = path.read_text().splitlines()
-    assert lines[0] == ",".join(EXPECTED_COLUMNS) and lines[1] == old_row + ","
+    assert lines[0] == ",".join(EXPECTED_COLUMNS) and lines[1] == old_row + "," * missing
     assert len(lines) == 2 + 14
 
 

@@ -33,6 +33,8 @@ def test_a_replay_is_one_point_at_the_recordings_own_arrivals():
                    "vllm_experiment_bench_load")
     assert load["concurrencies"] == [0] and load["traffic_speed"] == 2.0
     assert recorded(load)["traffic"] == "artifacts/traffic/h1"
+    # the resolved load, checked again where the benchmark sends it (role vllm_bench's main), is the same
+    assert resolve(DEFAULTS, load, fleet_name="vllm_bench_job_load") == load
     with pytest.raises(ExperimentInputError, match=r"vllm_experiment_bench_load.traffic and "
                                                    r"vllm_bench_load.prompts_file are both set"):
         resolve(DEFAULTS, {"prompts_file": "p.jsonl"}, {"traffic": "t"}, "vllm_experiment_bench_load")

@@ -122,7 +122,10 @@ def test_an_experiment_on_a_replay_says_what_it_replayed_and_leaves_out_replays_
     assert report["replay"]["requests"] == len(LINES) and report["replay"]["traffic"] == str(recording)
     assert report["headline"].startswith("best: faster: TPOT") and "on the replayed traffic" in report["headline"]
 
-    assert cli.main(["analyze", str(exp)]) == 0
+    history = tmp_path / "experiments.csv"
+    assert cli.main(["analyze", str(exp), "--history", str(history)]) == 0
+    rows = history.read_text().splitlines()[1:]
+    assert len(rows) == 3 and all(r.split(",")[7] == "0" and r.endswith(f",replay {recording}") for r in rows)
     text = (exp / "report.md").read_text()
     assert f"the replay of {recording}: {len(LINES)} requests over 9 s" in text
     assert "3 of 9 replays did not reproduce the recording" in text
