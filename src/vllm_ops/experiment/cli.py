@@ -31,7 +31,7 @@ from .. import traffic
 from ..artifacts import write_text
 from ..cliutil import run_command
 from .chart import write_throughput_chart, write_tpot_chart
-from .history import COLUMN_DOCS, append_experiment
+from .history import COLUMN_DOCS, append_experiment, beside
 from .inputs import load_experiment
 from .prompts import check_prompts
 from .render import render_markdown
@@ -101,6 +101,9 @@ def run(args: argparse.Namespace) -> list[str]:
     dirs = [args.dir] if args.command == "analyze" else args.dirs
     out = Path(args.dir if args.command == "analyze" else args.out)
     report = build_report([load_experiment(d) for d in dirs])
+    if args.history:
+        # the host's earlier figures of the same speculating variants on the other kind of load
+        report["beside"] = beside(args.history, report)
     lines = []
     write_text(out / "report.json", json.dumps(report, indent=2) + "\n")
     lines.append(f"wrote {out / 'report.json'}")

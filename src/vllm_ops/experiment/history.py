@@ -9,8 +9,10 @@ figure that was not measured, never a zero.
 
 from __future__ import annotations
 
+import csv
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from ..csvfile import append_csv_rows
 from .analysis import THROUGHPUT, TPOT
@@ -97,3 +99,49 @@ def append_experiment(path: str | os.PathLike, report: Mapping) -> int:
     append_csv_rows(path, got, COLUMNS, added_columns=ADDED_COLUMNS, what="experiments CSV",
                     error=ExperimentInputError)
     return len(got)
+
+
+def _kind(load: str) -> str:
+    """``replay`` or ``other`` (random tokens or a prompts file): the two sides of :func:`beside`."""
+    return "replay" if load.startswith("replay ") else "other"
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def beside(path: str | os.PathLike, report: Mapping) -> list[dict]:
+    """Each speculating variant of ``report`` (drafts at its headline TPOT point) beside the same host's and
+    settings' latest earlier row of the other kind of load in the CSV at ``path`` (read before this report's
+    rows are appended): a replay's beside random tokens or a prompts file, and the other way round.
+    ``[{name, host, settings, here: {load, concurrency, acceptance, tpot_change_pct, tpot_verdict},
+    there: the same from the row, with experiment_id and finished_at, or None}]``."""
+    earlier = []
+    if Path(path).is_file():
+        with open(path, newline="", encoding="utf-8") as fh:
+            earlier = [r for r in csv.DictReader(fh) if r.get("experiment_id") != report["id"]]
+    here_load = load_words(report["load"])
+    out = []
+    for v in report["variants"]:
+        c = v["headline"]["tpot"]["concurrency"]
+        point = next((p for p in v["points"] if p["concurrency"] == c), None)
+        if point is None or not point["spec_decode"]["drafts"]:
+            continue
+        tpot = v["headline"]["tpot"]
+        rows = [r for r in earlier if r.get("host") == v["host"] and r.get("settings") == v["settings"]
+                and r.get("status") == "ok" and _kind(r.get("load") or "random") != _kind(here_load)]
+        # the other load's headline TPOT point: its lowest concurrency (a replay's only point, 0)
+        latest = max(rows, key=lambda r: (r.get("finished_at") or "", -int(r.get("concurrency") or 0)), default=None)
+        there = None if latest is None else {
+            "load": latest.get("load") or "random", "experiment_id": latest["experiment_id"],
+            "finished_at": latest.get("finished_at"), "concurrency": int(latest["concurrency"]),
+            "acceptance": _number(latest.get("spec_acceptance")),
+            "tpot_change_pct": _number(latest.get("tpot_change_pct")), "tpot_verdict": latest.get("tpot_verdict")}
+        out.append({"name": v["name"], "host": v["host"], "settings": v["settings"],
+                    "here": {"load": here_load, "concurrency": c, "acceptance": point["spec_decode"]["acceptance"],
+                             "tpot_change_pct": tpot["change_pct"], "tpot_verdict": tpot["verdict"]},
+                    "there": there})
+    return out

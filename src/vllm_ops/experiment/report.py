@@ -161,6 +161,8 @@ def build_report(experiments: list[Mapping]) -> dict:
         "replay": replay_summary(experiments, [*baselines, *variants]),
         # not a replay, while a recording of a host's traffic was fetched beside the job: said with the load
         "recordings": {e["host"]: e["recording"] for e in experiments if e.get("recording")},
+        # speculating variants beside their earlier figures on the other kind of load (the CLI's --history)
+        "beside": [],
         "noise_floor_pct": first["noise_floor_pct"],
         "noise_rule": NOISE_RULE.format(floor=f"{first['noise_floor_pct']:g}"),
         "headline_metrics": {"tpot": {"metric": TPOT, "concurrency": min(conc), "words": point_words(min(conc))},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 from vllm_ops.experiment import cli, plan
 from vllm_ops.experiment.inputs import load_experiment
@@ -142,3 +143,48 @@ def test_a_random_load_beside_a_fetched_recording_says_how_to_replay_it(tmp_path
     assert cli.main(["analyze", exp]) == 0
     assert f"`-e vllm_bench_traffic={recording}` measures on what its users send" in \
         (tmp_path / "artifacts/h1/20261201T142500Z/report.md").read_text()
+
+
+def test_a_speculating_variant_on_the_replay_is_shown_beside_its_figures_on_random_tokens(tmp_path, make_dir, fx):
+    history = tmp_path / "artifacts/h1/experiments.csv"
+    random_exp = make_dir(tmp_path / "artifacts/h1/20261201T142500Z")
+    assert cli.main(["analyze", random_exp, "--history", str(history)]) == 0
+    # The fixture's max-num-seqs=64 on random tokens: 150 of 300 draft tokens accepted, TPOT at concurrency 1
+    # of [10.05, 10.0, 10.1] against the baseline's six runs.
+    random_change = 100 * (10.05 / statistics.median(fx.BASE_TPOT_1[0] + fx.BASE_TPOT_1[1]) - 1)
+
+    recording = write_recording(tmp_path / "artifacts/traffic/h1")
+    exp = tmp_path / "artifacts/h1/20261206T020000Z"
+    assert cli.main(["replay", str(recording), "--out", str(exp / "bench")]) == 0
+    spec = {"spec_decode_num_drafts_total": 40.0, "spec_decode_num_draft_tokens_total": 120.0,
+            "spec_decode_num_accepted_tokens_total": 6.0}
+    runs = []
+    for name, tpot, counters in (("baseline", 10.0, {}), ("max-num-seqs=64", 10.5, spec)):
+        for rep in (1, 2, 3):
+            file = f"bench/{name}/c0-r{rep}.json"
+            (exp / file).parent.mkdir(parents=True, exist_ok=True)
+            (exp / file).write_text(json.dumps(bench_file(tpot)))
+            runs.append({"variant": name, "round": 1, "concurrency": 0, "repeat": rep, "file": file,
+                         "metrics": {"request_success_total": float(len(LINES)), **counters},
+                         "fidelity": {"valid": True, "message": "the replay reproduced the recording", "checks": []}})
+    (exp / "experiment.json").write_text(json.dumps({
+        "id": "20261206T020000Z", "host": "h1", "model": "/models/x", "vllm_version": "0.32.0",
+        "load": {"concurrencies": [0], "repeats": 3, "warmups": 0, "num_prompts": 64, "traffic": str(recording),
+                 "traffic_speed": 1.0},
+        "noise_floor_pct": 1.0, "base": {"environment": {"NCCL_PROTO": "LL"}, "extra_args": ["--trust-remote-code"]},
+        "variants": [{"name": "max-num-seqs=64", "environment": {}, "extra_args": ["--max-num-seqs", "64"],
+                      "status": "ok"}],
+        "runs": runs}))
+    assert cli.main(["analyze", str(exp), "--history", str(history)]) == 0
+
+    (entry,) = json.loads((exp / "report.json").read_text())["beside"]
+    assert entry["here"]["load"] == f"replay {recording}" and entry["here"]["concurrency"] == 0
+    assert entry["here"]["acceptance"] == 6.0 / 120.0
+    assert math.isclose(entry["here"]["tpot_change_pct"], 100 * (10.5 / 10.0 - 1), abs_tol=1e-3)
+    there = entry["there"]
+    assert (there["load"], there["experiment_id"], there["concurrency"]) == ("random", "20261201T142500Z", 1)
+    assert there["acceptance"] == 150 / 300
+    assert math.isclose(there["tpot_change_pct"], random_change, abs_tol=1e-3)
+    text = (exp / "report.md").read_text()
+    assert "| max-num-seqs=64 | random | 0.500 |" in text
+    assert f"| max-num-seqs=64 | replay {recording} | 0.050 |" in text
