@@ -19,7 +19,17 @@ import statistics
 import pytest
 import yaml
 
-from testlib import FAULT_DIR, LOCK, ROOT, UNIT, assert_normal_service, run_playbook, start_playbook, wait_for
+from testlib import (
+    FAULT_DIR,
+    INCIDENTS,
+    LOCK,
+    ROOT,
+    UNIT,
+    assert_normal_service,
+    run_playbook,
+    start_playbook,
+    wait_for,
+)
 
 KNOBS = "/etc/vllm-standin.env"
 DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
@@ -73,6 +83,20 @@ def test_a_variant_that_fails_to_load_is_recorded_the_next_one_tried_and_the_win
     assert [(x["what"], x["name"], x["status"]) for x in record["loads"]] == [
         ("variant", "draft-missing", "failed"), ("variant", "ngram", "ok"), ("apply", "ngram", "ok")]
     assert record["applied"] == "ngram"
+    # ngram's benchmark is the known-good window the host's watch was asked to fit its baseline on (the sandbox's
+    # benchmark is seconds long: whether it had enough traffic to fit on is the watch's to say)
+    ngram_runs = [r for r in json.loads((d / "experiment" / "experiment.json").read_text())["runs"]
+                  if r["variant"] == "ngram"]
+    assert ngram_runs
+
+    def asked():
+        state = json.loads(host.file(f"{INCIDENTS}/watch-state.json").content_string)
+        request = state.get("baseline_request") or {}
+        return request if request.get("by") == f"tune {record['id']}'s benchmark of ngram" else None
+
+    wait_for(asked, "the watch's answer to the tune's baseline request", timeout_s=60)
+    request = asked()
+    assert request["said"] and request["to"] - request["from"] > 0, request
     exp = json.loads((d / "experiment" / "experiment.json").read_text())
     failed = next(v for v in exp["variants"] if v["name"] == "draft-missing")
     assert failed["status"] == "failed" and failed["failure"]["stage"] == "load"
