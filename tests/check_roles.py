@@ -9,7 +9,8 @@
   the job role's ``work``, ``failed`` (the rescue), ``end`` (the always), the job role's ``report``,
   ``failed`` and ``finish`` (the always); no role includes a job role, nor a role named by a template.
 - Every operation has a root entry: each ``playbooks/<op>.yml`` is imported by ``<op>.yml`` at the
-  repository root, the way ops staff run them (``ansible-playbook profile.yml``).
+  repository root, the way ops staff run them (``ansible-playbook profile.yml``), and left out of the built
+  collection (``galaxy.yml``'s ``build_ignore``), whose playbooks are ``vllm_ops.serving.<op>``.
 - A role's private names (``__<role>_*``, facts, registers and vars) appear only in that role's
   own files: no role, playbook or template reads another's.
 
@@ -153,13 +154,19 @@ def check(root: Path) -> list[str]:
                 problems.append(f"{where}: role {caller} includes job role {role}; a job is sequenced by its playbook, "
                                 f"and what jobs share belongs in {SKELETON} or in a piece role")
 
-    # Every operation, one way in from the root.
+    # Every operation, one way in from the root, and that way only in the checkout.
+    galaxy = root / "galaxy.yml"
+    ignored = set((yaml.safe_load(galaxy.read_text(encoding="utf-8")) or {}).get("build_ignore") or []
+                  if galaxy.is_file() else [])
     for path in sorted(root.glob("playbooks/*.yml")):
         entry = root / path.name
         imported = _imports(entry) if entry.is_file() else []
         if f"playbooks/{path.name}" not in imported:
             problems.append(f"playbooks/{path.name}: no root entry {path.name} imports it; every operation has one, "
                             f"the way ops staff run them")
+        elif galaxy.is_file() and path.name not in ignored:
+            problems.append(f"{path.name}: the root entry is not in galaxy.yml's build_ignore; the built collection "
+                            f"would carry it beside playbooks/{path.name}")
 
     # Templates name variables too: a role's own may use its private names, no other's.
     templates = sorted(roles_dir.glob("*/templates/**/*.j2")) if roles_dir.is_dir() else []

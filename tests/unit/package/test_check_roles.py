@@ -148,3 +148,10 @@ def test_an_operation_without_a_root_entry_is_refused(tmp_path):
     (root / "job_b.yml").unlink()
     assert check(root) == ["playbooks/job_b.yml: no root entry job_b.yml imports it; every operation has one, "
                            "the way ops staff run them"]
+
+
+def test_a_root_entry_the_built_collection_would_carry_is_refused(tmp_path):
+    root = house(tmp_path)
+    (root / "galaxy.yml").write_text(yaml.safe_dump({"build_ignore": ["job_a.yml", "molecule"]}))
+    assert check(root) == ["job_b.yml: the root entry is not in galaxy.yml's build_ignore; the built collection "
+                           "would carry it beside playbooks/job_b.yml"]
