@@ -32,10 +32,8 @@ _SAMPLE = re.compile(r'^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?:[^"}]|"(?:[^"\
 _LE = re.compile(r'[{,]le="(?P<le>[^"]*)"')
 
 
-def counters(text, names=COUNTERS, prefix="vllm:"):
-    """Sum each counter in ``names`` over its label sets, from Prometheus text; absent: not a key."""
-    wanted = {prefix + name: name for name in names}
-    found = {}
+def _samples(text, wanted):
+    """``(name, line, value)`` of each sample of Prometheus text whose name is in ``wanted``."""
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -43,11 +41,17 @@ def counters(text, names=COUNTERS, prefix="vllm:"):
         if not match or match.group("name") not in wanted:
             continue
         try:
-            value = float(match.group("value"))
+            yield match.group("name"), line, float(match.group("value"))
         except ValueError:
             continue
-        key = wanted[match.group("name")]
-        found[key] = found.get(key, 0.0) + value
+
+
+def counters(text, names=COUNTERS, prefix="vllm:"):
+    """Sum each counter in ``names`` over its label sets, from Prometheus text; absent: not a key."""
+    wanted = {prefix + name: name for name in names}
+    found = {}
+    for name, _line, value in _samples(text, wanted):
+        found[wanted[name]] = found.get(wanted[name], 0.0) + value
     return found
 
 
@@ -56,19 +60,11 @@ def buckets(text, names=HISTOGRAMS, prefix="vllm:"):
     included) summed over its label sets, from Prometheus text; absent: not a key."""
     wanted = {prefix + name + "_bucket": name for name in names}
     found = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
+    for name, line, value in _samples(text, wanted):
         le = _LE.search(line)
-        if not match or not le or match.group("name") not in wanted:
-            continue
-        try:
-            value = float(match.group("value"))
-        except ValueError:
-            continue
-        counts = found.setdefault(wanted[match.group("name")], {})
-        counts[le.group("le")] = counts.get(le.group("le"), 0.0) + value
+        if le:
+            counts = found.setdefault(wanted[name], {})
+            counts[le.group("le")] = counts.get(le.group("le"), 0.0) + value
     return found
 
 
