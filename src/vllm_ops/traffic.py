@@ -12,8 +12,8 @@ JSONL file a window, each with a sidecar. Definitions:
   (``partial``); a bad line anywhere else is an error.
 - **replayable**: a request answered 200 with a prompt and a completion of at least one token; the rest
   (refused, failed, cut) is counted, not replayed.
-- **the replay's file** (:func:`replay_lines`, :func:`write_replay`): the replayable requests as Mooncake
-  JSONL (``timestamp`` in ms from the first arrival, ``input_length``, ``output_length``, ``hash_ids``), in
+- **the replay's file** (:func:`replay_lines`, :func:`replay`, :func:`write_replay`): the replayable requests
+  as Mooncake JSONL (``timestamp`` in ms from the first arrival, ``input_length``, ``output_length``, ``hash_ids``), in
   arrival order; ids renumbered in order of first appearance over (epoch, id), since ids of two recorder
   processes (epochs) mean nothing to each other. Its expectation (:class:`Expected`): requests, input and
   output tokens, the span from first to last arrival, the block, and the lengths.
@@ -163,7 +163,7 @@ def replay_lines(requests: Iterable[Request]) -> list[dict]:
 class Expected:
     """What a replay of a recording must reproduce."""
 
-    path: str
+    path: str | None
     sha256: str
     block: int
     requests: int
@@ -192,20 +192,26 @@ class Expected:
         return cls(**values)
 
 
-def write_replay(recording: Recording, path: Path | str) -> Expected:
-    """Write the replay's file at ``path`` and return what a replay of it must reproduce."""
+def replay(recording: Recording, path: Path | str | None = None) -> tuple[str, Expected]:
+    """The replay's file as text and what a replay of it must reproduce, the file to lie at ``path``
+    (None: only checked, nowhere)."""
     lines = replay_lines(recording.requests)
     if not lines:
         raise TrafficInputError("nothing to replay: no request of the recording was answered 200 with tokens")
     text = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+    inputs, outputs = tuple(x["input_length"] for x in lines), tuple(x["output_length"] for x in lines)
+    return text, Expected(path=None if path is None else str(path), sha256=hashlib.sha256(text.encode()).hexdigest(),
+                          block=recording.block, requests=len(lines), input_tokens=sum(inputs),
+                          output_tokens=sum(outputs), span_s=lines[-1]["timestamp"] / 1000, input_lengths=inputs,
+                          output_lengths=outputs, id_counts=tuple(len(x["hash_ids"]) for x in lines),
+                          left_out=len(recording.requests) - len(lines))
+
+
+def write_replay(recording: Recording, path: Path | str) -> Expected:
+    """Write the replay's file at ``path`` and return what a replay of it must reproduce."""
+    text, expected = replay(recording, path)
     Path(path).write_text(text)
-    return Expected(path=str(path), sha256=hashlib.sha256(text.encode()).hexdigest(), block=recording.block,
-                    requests=len(lines), input_tokens=sum(x["input_length"] for x in lines),
-                    output_tokens=sum(x["output_length"] for x in lines), span_s=lines[-1]["timestamp"] / 1000,
-                    input_lengths=tuple(x["input_length"] for x in lines),
-                    output_lengths=tuple(x["output_length"] for x in lines),
-                    id_counts=tuple(len(x["hash_ids"]) for x in lines),
-                    left_out=len(recording.requests) - len(lines))
+    return expected
 
 
 def _percentiles(values: list[int]) -> dict[str, float | None]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from .. import traffic
@@ -76,17 +75,12 @@ def replay(recordings: list[str], out: str | None) -> dict:
     """The ``replay`` command (see the module's docstring): the figures printed."""
     recording = traffic.read(recordings)
     target = Path(out) / "replay.jsonl" if out else None
-    if target is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            expected = traffic.write_replay(recording, Path(tmp) / "replay.jsonl")
-    else:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        expected = traffic.write_replay(recording, target)
+    text, expected = traffic.replay(recording, target)
     figures = {key: value for key, value in expected.to_json().items()
                if key not in ("input_lengths", "output_lengths", "id_counts")}
-    figures = dict(figures, path=str(target) if target else None,
-                   source=[str(Path(r).resolve()) for r in recordings], versions=recording.versions)
+    figures |= {"source": [str(Path(r).resolve()) for r in recordings], "versions": recording.versions}
     if target is not None:
+        write_text(target, text)
         write_text(target.parent / "replay.json", json.dumps(dict(
             expected.to_json(), **figures, mix=traffic.mix(recording.requests, recording.block)), indent=2) + "\n")
     return figures
