@@ -44,6 +44,7 @@ from .settings import settings_text
 TPOT = "median_tpot_ms"
 THROUGHPUT = "output_throughput"
 _EPS = 1e-12
+UNMEASURED = "no baseline run completed a request"
 CATEGORY_ORDER = ("better", "trade-off", "no change", "worse", "not compared", "failed", "not run")
 
 
@@ -174,6 +175,10 @@ def analyze_host(exp: Mapping) -> dict:
     baseline = _entry(BASELINE, host, exp["base"]["environment"], exp["base"]["extra_args"], False, "ok", None,
                       base_points)
     baseline["measured"] = any(p["status"] == "ok" for p in base_points)
+    # why not, in words the headline and the report's failures share
+    baseline["unmeasured"] = None if baseline["measured"] else (
+        "no baseline replay reproduced the recording" if any(p["status"] == "invalid" for p in base_points)
+        else UNMEASURED)
     if not baseline["measured"]:
         baseline["status"] = "failed"
     baseline["category"] = "baseline"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .analysis import CATEGORY_ORDER, point_words
+from .analysis import CATEGORY_ORDER, UNMEASURED, point_words
+from .load import REPLAY
 
 
 def _metric(label: str, cmp: Mapping, where: str) -> str:
@@ -57,9 +58,7 @@ def headline(ranking: list[Mapping], baselines: list[Mapping], drifts: Mapping[s
                    if (t := drift_text(d, host if len(drifts) > 1 else None))]
     if unmeasured and len(unmeasured) == len(baselines):
         hosts = ", ".join(b["host"] for b in unmeasured)
-        why = ("no baseline replay reproduced the recording"
-               if any(p["status"] == "invalid" for b in baselines for p in b["points"])
-               else "no baseline run completed a request")
+        why = "; ".join(dict.fromkeys(b.get("unmeasured") or UNMEASURED for b in unmeasured))
         parts = [f"the baseline could not be measured on {hosts} ({why}), so no variant was compared"]
         failed = sum(1 for e in ranking if e["category"] == "failed")
         if failed:
@@ -68,9 +67,9 @@ def headline(ranking: list[Mapping], baselines: list[Mapping], drifts: Mapping[s
     best = ranking[0] if ranking and ranking[0]["category"] == "better" else None
     if best is not None:
         tpot, thr = best["headline"]["tpot"], best["headline"]["throughput"]
+        # the throughput's point said short, "at 32", after the TPOT's "at concurrency 1"
         at_tpot = point_words(tpot["concurrency"])
-        at_thr = point_words(thr["concurrency"]).removeprefix("at concurrency ")
-        at_thr = at_thr if at_thr.startswith("on ") else f"at {at_thr}"
+        at_thr = point_words(thr["concurrency"]) if thr["concurrency"] == REPLAY else f"at {thr['concurrency']}"
         head = f"best: {best[label_key]}: {_metric('TPOT', tpot, at_tpot)}; {_metric('throughput', thr, at_thr)}"
         rest = counts_text(ranking, skip=best)
         parts = [head, *rest]

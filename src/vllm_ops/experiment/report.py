@@ -147,10 +147,8 @@ def build_report(experiments: list[Mapping]) -> dict:
                 for v in [*baselines, *variants] if v["failure"]]
     for b in baselines:
         if not b["measured"]:
-            invalid = any(p["status"] == "invalid" for p in b["points"])
             failures.insert(0, {"label": b["label"], "name": b["name"], "host": b["host"], "stage": "benchmark",
-                                "message": "no baseline replay reproduced the recording" if invalid
-                                else "no baseline run completed a request", "journal": []})
+                                "message": b["unmeasured"], "journal": []})
     repeats = first["load"].get("repeats")
     runs = sum(len(e["runs"]) for e in experiments)
     report = {
