@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_ops.traces.annotations import StepMatcher
 from vllm_ops.traces.categories import Classifier
+from vllm_ops.traces.ranks import allreduce_calls
 from vllm_ops.traces.reader import read_trace
-from vllm_ops.traces.summary import allreduce_calls
 
 import gen_traces
 

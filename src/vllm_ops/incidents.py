@@ -37,7 +37,7 @@ from .errors import VllmOpsError
 from .records import IncidentRecord, RecordError
 from .records.incident import INCIDENT_JSON
 from .render import render
-from .traces import TraceInputError, summarize
+from .traces import SummaryOptions, TraceInputError, summarize
 from .traces.render import verdict_sentence
 from .traces.topology import parse_topology
 
@@ -193,7 +193,8 @@ def _capture(path: Path, record: IncidentRecord) -> dict | None:
                        "interconnect": parse_topology(topology.read_text(encoding="utf-8", errors="replace")
                                                       if topology.is_file() else None)["interconnect"]}
             files = [str(directory / t["file"]) for t in capture.get("traces") or [] if isinstance(t, Mapping)]
-            trace_summary = summarize(files, context={k: v for k, v in context.items() if v is not None})
+            given = {k: v for k, v in context.items() if v is not None}
+            trace_summary = summarize(files, SummaryOptions(context=given))
             write_json(stored, trace_summary)
     except (TraceInputError, OSError, KeyError) as exc:
         return {"words": words, "verdict": f"the capture's traces cannot be read: {exc}", "summary": None}

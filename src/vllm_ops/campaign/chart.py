@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from ..charts import HIGHLIGHT, PALETTE, figure, save_png
 from ..ledger import FLOORED_PARTS, PARTS
-from ..traces.summary import exposed_allreduce
+from ..traces.steps import exposed_allreduce
 from .figures import check_summary, decode_figures, rank_measured
 
 ALLREDUCE = "allreduce"

@@ -26,7 +26,7 @@ from ..allreduce import UNIT_RESULT, AllreduceInputError
 from ..job import JobInputError, downtime_text, duration, now_iso
 from ..ledger import LedgerInputError
 from ..render import render
-from ..traces import summarize, to_markdown
+from ..traces import SummaryOptions, summarize, to_markdown
 from .chart import chart_line, ledger_line, steps_line, write_chart, write_ledger_chart, write_steps_chart
 from .errors import CampaignInputError
 from .figures import headline
@@ -176,8 +176,9 @@ def analyze(directory: str, *, history: str | None = None, template: str | None 
     context = {"interconnect": topology["interconnect"], "tensor_parallel_size": capture["tensor_parallel_size"]}
     links = pcie(capture)
     try:
-        summary = summarize(trace_files(directory, capture), decode_pattern=decode_pattern or None, context=context,
-                            allreduce_floor=floor, checkpoint=capture["checkpoint"], fabric=links["findings"])
+        summary = summarize(trace_files(directory, capture), SummaryOptions(
+            decode_pattern=decode_pattern or None, context=context, allreduce_floor=floor,
+            checkpoint=capture["checkpoint"], fabric=links["findings"]))
     except AllreduceInputError as exc:
         raise CampaignInputError(f"{exc}; give another --allreduce-floor, or measure the floor again "
                                  "(playbooks/allreduce_bench.yml)") from None

@@ -17,15 +17,12 @@ import sys
 
 from ..errors import VllmOpsError
 from .categories import DEFAULT_RULES
+from .options import SummaryOptions
 from .render import to_markdown
-from .summary import (
-    DEFAULT_DECODE_PATTERN,
-    DEFAULT_PREFILL_PATTERN,
-    FALLBACK_DECODE_PATTERN,
-    NOT_MEASURED,
-    summarize,
-)
+from .run import DEFAULT_DECODE_PATTERN, DEFAULT_PREFILL_PATTERN, FALLBACK_DECODE_PATTERN
+from .summary import summarize
 from .topology import parse_topology
+from .words import NOT_MEASURED
 
 PROG = "vllm-trace-summary"
 
@@ -140,12 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.tensor_parallel_size is not None:
         context["tensor_parallel_size"] = args.tensor_parallel_size
     try:
-        summary = summarize(
-            args.paths, decode_pattern=args.decode_pattern, prefill_pattern=args.prefill_pattern,
+        summary = summarize(args.paths, SummaryOptions(
+            decode_pattern=args.decode_pattern, prefill_pattern=args.prefill_pattern,
             keep_going=args.keep_going, top=args.top, categories=args.category or None, jobs=args.jobs,
             parser=args.parser, context=context, allreduce_floor=args.allreduce_floor, exclude=_output_file(),
             checkpoint=args.checkpoint, tokens=args.tokens, key_tokens=args.key_tokens,
-        )
+        ))
     except VllmOpsError as exc:  # a trace's, the all-reduce floor's (vllm_ops.allreduce), the checkpoint's
         print(f"{PROG}: error: {_flags(str(exc))}", file=sys.stderr)
         return 2

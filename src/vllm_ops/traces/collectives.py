@@ -47,8 +47,17 @@ Definitions:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from statistics import fmean
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ..allreduce import floor
+from . import steady
+from .notes import Note, note
+
+if TYPE_CHECKING:
+    from .run import Run
 
 STRAGGLER_MIN_SHARE = 0.6
 
@@ -59,19 +68,50 @@ DTYPE_BYTES = {
 }
 
 
+def analyze(run: Run, measured_floor: Mapping | None) -> tuple[dict, dict, list[Note]]:
+    """The summary's ``collectives`` over the run's measured ranks (:func:`match` of every step's
+    calls, the group and rank figures over the steady decode steps), each group set beside the host's
+    measured floor where one was given (:func:`vllm_ops.allreduce.floor.annotate`); the transfer and
+    waiting per step of each rank (µs, ``{rank: {step: (transfer, wait)}}``); and the notes."""
+    live = run.measured
+    calls = {r["rank"]: r["set"]["calls"] for r in live if r["set"]["calls"] is not None}
+    groups: dict = {}
+    for r in live:
+        groups.update(r["process_groups"])
+    coll = match(calls, groups, run.steady, run.decode_steps())
+    per_step, notes = coll.pop("per_step"), coll.pop("notes")
+    floor.annotate(coll["groups"], measured_floor)
+    if measured_floor is not None:
+        notes += [note("floor_not_used", source=measured_floor["source"], group=g["group"], why=g["floor_note"])
+                  for g in coll["groups"] if g["floor_note"]]
+    return coll, per_step, notes
+
+
+def steady_waits(coll: dict, entries: Sequence[Mapping]) -> None:
+    """Each rank's ``wait_ms_per_step`` in ``coll['by_rank']``: its mean waiting over the steps the
+    steady figures average (:func:`.steady.averaged`); null where a step's waiting is unknown."""
+    for e in entries:
+        if e["steady_steps"] is not None and e["decode_steps"]:
+            wait = [s.get("allreduce_wait_ms") for s in steady.averaged(e["steps"], e["gpu_time_measured"])]
+            if str(e["rank"]) in coll["by_rank"] and wait:
+                coll["by_rank"][str(e["rank"])]["wait_ms_per_step"] = None if None in wait else round(fmean(wait), 4)
+
+
 def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int],
-          steady: set[int] | Mapping[int, set[int]] | None, warnings: list[str],
+          steady: set[int] | Mapping[int, set[int]] | None,
           decode: Mapping[int, set[int]] | None = None) -> dict:
     """Match the all-reduce calls of every rank (``timeline.allreduce_calls`` dicts, by rank).
 
     Returns ``{groups: [...], by_rank: {rank: {...}}, straggler, per_step: {rank: {step:
-    (transfer_us, wait_us)}}}``; ``steady`` (step indices) restricts the group and rank
+    (transfer_us, wait_us)}}, notes: [...]}`` (:mod:`.notes`: a group whose calls do not match);
+    ``steady`` (step indices) restricts the group and rank
     figures to those steps' collectives, as one set (ranks in lockstep) or per rank; ``decode``
     (per rank, step indices) names the decode steps (None: every step is one). See ``over`` in the
     module docstring.
     """
     ranks = sorted(calls_by_rank)
-    out = {"groups": [], "by_rank": {}, "straggler": None, "per_step": {r: {} for r in ranks}}
+    out = {"groups": [], "by_rank": {}, "straggler": None, "per_step": {r: {} for r in ranks}, "notes": []}
+    notes = out["notes"]
     if not ranks or not any(len(calls_by_rank[r]["dur"]) for r in ranks):
         return out
     keys = sorted({g if g is not None else "" for r in ranks for g in calls_by_rank[r]["group"]})
@@ -89,29 +129,22 @@ def match(calls_by_rank: Mapping[int, Mapping], group_sizes: Mapping[str, int],
         present = [r for r in ranks if len(per_rank[r])]
         counts = {r: len(per_rank[r]) for r in present}
         n_match = min(counts.values()) if counts else 0
-        label = key or "(unnamed)"
         if len(set(counts.values())) > 1:
-            warnings.append(f"all-reduce group {label}: ranks have different call counts "
-                            f"({', '.join(f'rank {r}: {k}' for r, k in sorted(counts.items()))}); "
-                            f"only the first {n_match} of each were matched as collectives.")
+            notes.append(note("call_counts_differ", group=key, counts=counts, matched=n_match))
         if n_match == 0:
             continue
         alone = len(present) < 2
         if alone:
-            warnings.append(f"all-reduce group {label}: only rank {present[0]} has a trace with its calls, so "
-                            "transfer and waiting cannot be told apart (the transfer shown is that rank's "
-                            "own kernel time).")
+            notes.append(note("one_rank_group", group=key, rank=present[0]))
         dur = np.array([np.asarray(calls_by_rank[r]["dur"])[per_rank[r][:n_match]] for r in present])
         step = np.array([np.asarray(calls_by_rank[r]["step"])[per_rank[r][:n_match]] for r in present])
         names = np.array([name_of[r][per_rank[r][:n_match]] for r in present])
         differ = int(np.sum(np.any(names != names[0], axis=0)))
         if differ:
-            warnings.append(f"all-reduce group {label}: {differ} of {n_match} matched calls run different kernels "
-                            "on different ranks; the matching by call order may be off.")
+            notes.append(note("kernels_differ", group=key, n=differ, matched=n_match))
         steps_differ = int(np.sum(np.any(step != step[0], axis=0)))
         if steps_differ:
-            warnings.append(f"all-reduce group {label}: {steps_differ} of {n_match} matched calls fall in different "
-                            "step indices on different ranks (ranks profiled different steps?).")
+            notes.append(note("steps_differ", group=key, n=steps_differ, matched=n_match))
         transfer = dur.min(axis=0)
         wait = dur - transfer
         last = np.argmin(dur, axis=0)
@@ -233,3 +266,23 @@ def _stats(x: np.ndarray) -> dict | None:
 
 def _r(v: float | None, digits: int = 3) -> float | None:
     return None if v is None or v != v else round(v, digits)
+
+
+def partial_bounds(live: Sequence[Mapping], ranks: Sequence[Mapping], steady_rows: Mapping[int, list[dict]]) -> dict:
+    """Where ranks of the group are missing: each present rank's all-reduce interval (:func:`bounds`
+    over its steady decode steps, ``live``: the entries with GPU kernels and decode steps), with its
+    shares of the rank's mean steady period (``low_share``, ``high_share``)."""
+    out = {}
+    by_rank = {r["rank"]: r for r in ranks}
+    for e in live:
+        calls = by_rank[e["rank"]]["set"]["calls"]
+        rows = steady.averaged(steady_rows.get(e["rank"]) or [])
+        b = bounds(calls, [s["index"] for s in rows]) if calls is not None else None
+        if b is None:
+            continue
+        periods = [s["period_ms"] for s in rows if s.get("period_ms") is not None]
+        period = fmean(periods) if periods else None
+        b["low_share"] = round(b["low_ms_per_step"] / period, 4) if period else None
+        b["high_share"] = round(b["high_ms_per_step"] / period, 4) if period else None
+        out[str(e["rank"])] = b
+    return out

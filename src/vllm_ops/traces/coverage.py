@@ -22,8 +22,23 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .notes import Note, note
+
+if TYPE_CHECKING:
+    from .run import Run
 
 _RANK = re.compile(r"(rank[_-]?)(\d+)", re.IGNORECASE)
+
+
+def analyze(run: Run) -> tuple[dict, list[Note]]:
+    """:func:`check` over the run's ranks and the files that could not be read, and a note where ranks
+    are missing."""
+    ranks = run.ranks
+    cover = check([r["rank"] for r in ranks], [r["file"] for r in ranks], [r["world_size"] for r in ranks],
+                  run.loaded.unreadable)
+    return cover, [note("ranks_missing", "missing", coverage=cover)] if cover["missing"] else []
 
 
 def check(present: Sequence[int], files: Sequence[str], world_sizes: Sequence[int | None],

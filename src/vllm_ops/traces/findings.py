@@ -41,6 +41,9 @@ _STEP_WORD = re.compile(r"(?i)step|iter")
 _VLLM_NAME = re.compile(r"^execute_(?:N_)?context_N\(")
 _SGLANG_NAME = re.compile(r"^step\[(?:DECODE|EXTEND|MIXED)\b")
 _NOT_STEPS = re.compile(r"^(?:nccl:|## |ProfilerStep#|c10d::|record_param_comms)")
+# Why a trace of ProfilerStep#N spans that nothing names vLLM's or SGLang's gets no engine advice.
+NOT_AN_ENGINE = ("not an inference engine's trace: its steps are ProfilerStep#N spans and nothing in it is vLLM's or "
+                 "SGLang's (no engine step annotation, no vllm_version), so the figures are given and no engine advice")
 MIXED_PATTERNS = {"vllm": "_generation_[1-9]", "sglang": r"^step\[(DECODE|MIXED)", None: "_generation_[1-9]"}
 
 

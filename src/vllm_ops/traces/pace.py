@@ -49,7 +49,7 @@ below):
   of it while the host does not run ahead (``lead_ms`` below :data:`AHEAD_REL` periods: the GPU
   waits for it); else ``gpu``. Without a host figure the bound is unknown (null).
 * ``gpu_waits``: the rest of the period, what the GPU spends waiting, from the rank's steady
-  decomposition (the mean step, :func:`.summary._decomposition`, whose parts add up to its
+  decomposition (the mean step, :func:`.steps.decomposition`, whose parts add up to its
   period): ``period_ms`` (its mean period), ``for_host_between_steps_ms`` (``host_ms``: the
   period outside the GPU window), ``for_host_in_window_ms`` (the idle inside the window where
   the host had not launched the next kernel: ``idle_in_window_ms`` x ``idle_host_share``; null
@@ -79,6 +79,8 @@ from statistics import median
 
 import numpy as np
 
+from .steps import exposed_allreduce
+
 MIN_TREND_STEPS = 3
 TREND_MAX_POINTS = 1000  # a longer capture's trend is taken over this many evenly spaced steps
 DRIFT_MIN = 0.5
@@ -86,6 +88,15 @@ TIE_REL = 0.05
 AHEAD_REL = 0.5
 THRESHOLDS = {"drift_min_periods": DRIFT_MIN, "pace_tie_rel": TIE_REL, "ahead_rel": AHEAD_REL,
               "min_trend_steps": MIN_TREND_STEPS}
+
+
+def analyze(rows_by_rank: Mapping[int, list[dict]], partial: bool, decomposition: Mapping[int, dict | None]) -> dict:
+    """Each rank's pace over its rows (:func:`rank_pace`) and the group's (:func:`group`): the summary's
+    ``pace``; ``decomposition``: each rank's mean of the same rows (:func:`.steps.decomposition`,
+    computed once by the caller)."""
+    per_rank = {r: rank_pace(rows, [exposed_allreduce(s)[1] for s in rows], partial, decomposition.get(r))
+                for r, rows in sorted(rows_by_rank.items()) if rows}
+    return {**group(per_rank), "ranks": {str(r): p for r, p in per_rank.items()}}
 
 
 def theil_sen(points: Sequence[tuple[float, float]], groups: Sequence[int] | None = None) -> float | None:

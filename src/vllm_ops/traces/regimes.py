@@ -27,12 +27,50 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from statistics import median
 
-from . import stalls, steady
+from . import graphs, intensity, pace, stalls, steady, verdict
+from .annotations import DECODE
+from .notes import Note, note
+from .steps import decomposition
 
 MIN_STEPS = 2
 MIN_STEP_SHARE = 0.2
 MIN_TIME_SHARE = 0.25
 THRESHOLDS = {"min_steps": MIN_STEPS, "min_step_share": MIN_STEP_SHARE, "min_time_share": MIN_TIME_SHARE}
+
+
+def analyze(live: Sequence[Mapping], lockstep: bool, launches_seen: Mapping[int, bool],
+            steady_rows: Mapping[int, list[dict]], grounds: Mapping) -> tuple[list[dict], list[Note]]:
+    """The summary's ``regimes`` (:func:`find` over the decode steps of ``live``, the entries with GPU
+    kernels and decode steps), each with its ``graphs`` (:func:`.graphs.contrast` with the steady steps,
+    ``launches_seen``: per rank, whether its trace has launch calls) and its ``verdict``, judged as the
+    main one on the same ``grounds`` (:func:`.verdict.judge`'s ``straggler``, ``context``, ``refused``,
+    ``floor_ratio``, ``coverage``, ``withheld``, ``fabric``); and a note for each."""
+    found = find({e["rank"]: [s for s in e["steps"] if s["phase"] == DECODE] for e in live}, lockstep)
+    device_of = {e["rank"]: e["device"] for e in live}
+    notes = []
+    for reg in found:
+        idx = set(reg["steps"])
+        rows = {e["rank"]: [s for s in e["steps"] if s["index"] in idx and s["phase"] == DECODE]
+                for e in live if reg.get("rank", e["rank"]) == e["rank"]}
+        reg_decomp = {k: decomposition(v) for k, v in rows.items()}
+        how = [graphs.contrast(v, steady_rows.get(k) or [], launches_seen.get(k, False)) for k, v in rows.items()]
+        reg["graphs"] = how[0] if how and all(h["cause"] == how[0]["cause"] for h in how) else (
+            {"cause": None, "regime": None, "steady": None, "batch_sizes": []})
+        eager = reg["graphs"]["cause"] == "eager"
+        ctx = dict(grounds["context"])
+        if eager:  # the advice for steps that ran outside the graphs
+            ctx.update(cuda_graphs=False, graphs_elsewhere=True, eager_batch_sizes=reg["graphs"]["batch_sizes"])
+        cover = grounds["coverage"]
+        reg["verdict"] = verdict.judge({str(k): d for k, d in reg_decomp.items() if d}, grounds["straggler"], ctx,
+                                       grounds["refused"], floor_ratio=grounds["floor_ratio"],
+                                       pace=pace.analyze(rows, not cover["complete"], reg_decomp), coverage=cover,
+                                       withheld=grounds["withheld"],
+                                       intensity={str(k): intensity.gemm_bound(v, device_of.get(k))
+                                                  for k, v in rows.items()},
+                                       fabric=grounds["fabric"])
+        notes.append(note("regime", count=reg["count"], decode_steps=reg["decode_steps"],
+                          time_share=reg["time_share"], side=reg["side"], eager=eager, verdict=reg["verdict"]))
+    return found, notes
 
 
 def find(per_rank: Mapping[int, Sequence[Mapping]], lockstep: bool) -> list[dict]:

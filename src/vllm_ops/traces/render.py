@@ -18,8 +18,7 @@ from .. import fabric
 from ..ledger import GEMM_WORDS, PARTS
 from ..ledger import describe as describe_ledger
 from .errors import TraceInputError
-from .summary import NOT_MEASURED
-from .verdict import describe
+from .words import NOT_MEASURED, describe
 
 _NAME_WIDTH = 90
 

@@ -18,6 +18,12 @@ Checks (thresholds are the constants below):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from .notes import Note, note
+
+if TYPE_CHECKING:
+    from .run import Run
 
 SLACK_MS = 0.001
 
@@ -36,6 +42,24 @@ def impossible_steps(steps: Sequence[Mapping]) -> list[tuple[int, str]]:
         elif busy is not None and period is not None and busy > period + SLACK_MS:
             out.append((s["index"], f"GPU busy {busy:.3f} ms in a period of {period:.3f} ms"))
     return out
+
+
+def analyze(run: Run) -> tuple[dict, list[Note]]:
+    """:func:`check` over the run's ranks, and its notes: each rank's dropped and repeated ids, and why
+    the verdict is refused."""
+    checks = check(run.ranks)
+    notes = []
+    for r in run.ranks:
+        key, where = str(r["rank"]), {"rank": r["rank"], "file": r["file"]}
+        if key in checks["negative_durations"]:
+            notes.append(note("negative_durations", **where, n=checks["negative_durations"][key]))
+        if key in checks["repeated_ids"]:
+            captures = max((s.get("capture", 0) for s in r["set"]["steps"]), default=0) + 1
+            notes.append(note("repeated_ids", **where, n=checks["repeated_ids"][key], captures=captures,
+                              pairing=checks["pairing"].get(key), steps_from=r["set"]["steps_from"]))
+    if checks["refused"]:
+        notes.append(note("refused", reason=checks["refused"]))
+    return checks, notes
 
 
 def check(ranks: Sequence[Mapping]) -> dict:

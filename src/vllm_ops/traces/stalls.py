@@ -32,6 +32,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from statistics import median
 
+from .annotations import DECODE
+from .notes import Note, note
+
 STALL_REL = 4.0
 STALL_PERIODS = 1.0
 MIN_STEPS = 3
@@ -45,6 +48,14 @@ def step_duration(step: Mapping) -> float | None:
         if step.get(key) is not None:
             return step[key]
     return None
+
+
+def analyze(entries: Sequence[Mapping]) -> tuple[dict, list[Note]]:
+    """The summary's ``stalls``: every rank's stalls (:func:`find`, each with its ``rank``) over the
+    ranks with GPU kernels and decode steps, and the thresholds; a note for each stall."""
+    found = [{"rank": e["rank"], **x} for e in entries if e["gpu_time_measured"] and e["decode_steps"]
+             for x in find([s for s in e["steps"] if s["phase"] == DECODE])]
+    return {"steps": found, "thresholds": dict(THRESHOLDS)}, [note("stall", **x) for x in found]
 
 
 def find(decode_steps: Sequence[Mapping]) -> list[dict]:

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from . import stalls
+from .notes import Note, note
 from .stalls import step_duration
 
 FIRST_STEP_MIN_STEPS = 3
@@ -46,6 +47,18 @@ RULE = ("left out: each rank's first step when it is a decode step (when it has 
         "trace concatenated from several), and any decode step whose period is further than 50% of the rank's "
         "median from that median (the last step, which has no period: its window against the median window); a "
         "step left out on one rank is left out on all ranks of the group")
+
+
+def analyze(left: Mapping[int, str], left_by_rank: Mapping[int, Mapping[int, str]]) -> tuple[dict, list[Note]]:
+    """The summary's ``steady_state`` (the rule, the steps left out and why: across ranks in lockstep,
+    ``left``, else each rank's, ``left_by_rank``), and a note for each step left out."""
+    out = {
+        "rule": RULE, "outlier_rel": OUTLIER_REL, "first_step_min_steps": FIRST_STEP_MIN_STEPS,
+        "left_out": [{"index": i, "reason": why} for i, why in sorted(left.items())] if left else
+                    [{"rank": r, "index": i, "reason": why} for r, d in sorted(left_by_rank.items())
+                     for i, why in sorted(d.items())],
+    }
+    return out, [note("left_out", rank=x.get("rank"), index=x["index"], reason=x["reason"]) for x in out["left_out"]]
 
 
 def stats(values: Iterable[float | None]) -> dict | None:

@@ -2,7 +2,7 @@
 
 A verdict is data: ``{kind, rank, evidence: {figure: value, ...}, thresholds: {...},
 reason, next: [experiment, ...], next_tests: [...]}``, rendered to words at the edge
-(:func:`describe`). ``next_tests[i]`` is the data form of ``next[i]``: the variants or sweeps that
+(:func:`.words.describe`). ``next_tests[i]`` is the data form of ``next[i]``: the variants or sweeps that
 test it, in the experiment's own format (:mod:`.experiments`), or ``test: null`` for one that is
 no server variant (a check by hand, a fetch, another profile).
 Rules, tried in this order (thresholds are the constants below and :mod:`.pace`'s; shares are
@@ -90,6 +90,7 @@ from ..ledger import MEMORY_BOUND_FACTOR, fit
 from . import experiments
 from . import intensity as intensity_mod
 from . import pace as pace_rules
+from .words import describe
 
 MIN_STEADY_STEPS = 2
 HOST_IDLE_MIN = 0.30
@@ -407,42 +408,6 @@ def _host_advice(verdict: Mapping, context: Mapping) -> list[tuple[str, str | No
                 (f"if the host is not contended: {overlap}, to overlap scheduling with the GPU", overlap_test)]
     return [(f"{contention}, then {overlap}", overlap_test),
             ("compare with a run on an idle host, to tell contention from the engine's own per-step CPU time", None)]
-
-
-def describe(verdict: Mapping) -> str:
-    """The verdict in a few words, for a headline: ``host-bound on rank 0`` (``, not steady``
-    when the capture drifts; ``partial: ...`` with ranks missing)."""
-    kind = verdict.get("kind") or "inconclusive"
-    ev = verdict.get("evidence") or {}
-    if kind == "inconclusive":
-        return f"inconclusive: {verdict.get('reason') or 'nothing to judge'}"
-    if kind == "partial":
-        present, missing = ev.get("ranks_present") or [], ev.get("ranks_missing") or []
-        return (f"partial: {_ranks(present)} of {ev.get('world_size')} only ({_ranks(missing)} missing), "
-                "no verdict on the run")
-    words = kind
-    if kind == "compute-bound":
-        cat = verdict.get("category")
-        words = f"compute-bound ({cat})" if cat else "compute-bound"
-    elif kind == "memory-bound":
-        share = ev.get("hbm_share")
-        if share is not None:
-            words = f"memory-bound ({verdict.get('category')} at {100 * share:.0f}% of HBM bandwidth)"
-        elif ev.get("gemm_bound_from") == "intensity":
-            n = ev["tokens_per_step"]
-            words = (f"memory-bound ({verdict.get('category')}: {n:g} token{'' if n == 1 else 's'} a step, at most "
-                     f"{ev['intensity_max_flop_per_byte']:g} FLOP per weight byte against the "
-                     f"{ev.get('ridge_gpu')}'s ridge of {ev['ridge_flop_per_byte']:.0f})")
-        else:
-            words = "memory-bound"
-    elif verdict.get("rank") is not None and kind in ("host-bound", "imbalanced"):
-        words = f"{kind} on rank {verdict['rank']}"
-    return words + (", not steady" if ev.get("steady") is False else "")
-
-
-def _ranks(ranks: list) -> str:
-    shown = ", ".join(str(r) for r in ranks[:8]) + (", ..." if len(ranks) > 8 else "")
-    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
 
 
 def _r(v: float) -> float:

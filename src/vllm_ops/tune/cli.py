@@ -28,7 +28,7 @@ from ..experiment import cli as experiment_cli
 from ..loadcost import last_load
 from ..render import render
 from ..traces.experiments import with_ledger
-from ..traces.verdict import describe
+from ..traces.words import describe
 from .errors import TuneInputError
 from .history import COLUMN_DOCS, append_tune
 from .plan import build_plan, cost, plan_words, served_allreduce

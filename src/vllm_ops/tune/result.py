@@ -145,7 +145,7 @@ def profile_summary(path: Path) -> dict:
     summary has a decode ledger, the largest headroom over floor of a rank, in % of that floor."""
     if not path.exists():
         return {}
-    from ..traces.verdict import describe
+    from ..traces.words import describe
 
     summary = _read(path, "trace summary")
     out = {"verdict": describe(summary.get("verdict") or {}), "headroom_pct": None}

@@ -17,17 +17,17 @@ def two_ranks() -> dict:
 
 @pytest.fixture(scope="session")
 def h200_summary() -> dict:
-    from vllm_ops.traces import summarize
+    from vllm_ops.traces import SummaryOptions, summarize
 
-    return summarize([str(H200)], decode_pattern="^decode_step$", jobs=1)
+    return summarize([str(H200)], SummaryOptions(decode_pattern="^decode_step$", jobs=1))
 
 
 @pytest.fixture(scope="session")
 def cpu_summary() -> dict:
     """The summary of a real vLLM CPU-backend trace: 15 decode steps, no GPU kernel."""
-    from vllm_ops.traces import summarize
+    from vllm_ops.traces import SummaryOptions, summarize
 
-    return summarize([str(CPU_TRACE)], jobs=1)
+    return summarize([str(CPU_TRACE)], SummaryOptions(jobs=1))
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from vllm_ops.campaign.cli import main
-from vllm_ops.traces import DEFAULT_DECODE_PATTERN, summarize
+from vllm_ops.traces import DEFAULT_DECODE_PATTERN, SummaryOptions, summarize
 from vllm_ops.traces.render import verdict_sentence
 
 from campaign_helpers import BIN, CPU_TRACE, H200, REPO
@@ -93,8 +93,8 @@ def test_analyze_writes_every_output(campaign_dir, tmp_path, capsys):
     d = str(campaign_dir)
 
     # summary.json is the summarizer's own answer on the traces, with the host's context
-    want = summarize(sorted(str(p) for p in campaign_dir.glob("*.pt.trace.json.gz")), decode_pattern=PATTERN,
-                     context={"interconnect": "nvlink", "tensor_parallel_size": 2})
+    want = summarize(sorted(str(p) for p in campaign_dir.glob("*.pt.trace.json.gz")), SummaryOptions(
+        decode_pattern=PATTERN, context={"interconnect": "nvlink", "tensor_parallel_size": 2}))
     summary = json.loads((campaign_dir / "summary.json").read_text())
     assert summary == json.loads(json.dumps(want))
     assert summary["context"]["interconnect"] == "nvlink" and summary["context"]["sources"]["interconnect"] == "given"
@@ -350,8 +350,9 @@ def test_the_checkpoint_and_the_pcie_links_of_the_capture(campaign_dir, tmp_path
                                            "fabric": links}))
     assert [(f["kind"], f["gpu"], f["rank"]) for f in found] == [("pcie-link-degraded", 1, 1)]
     # the decode steps are '^decode_step$' spans, whose names say no tokens: the ledger says so, never guesses
-    want = summarize(sorted(str(p) for p in campaign_dir.glob("*.pt.trace.json.gz")), decode_pattern=PATTERN,
-                     context={"interconnect": "nvlink", "tensor_parallel_size": 2}, checkpoint=record, fabric=found)
+    want = summarize(sorted(str(p) for p in campaign_dir.glob("*.pt.trace.json.gz")), SummaryOptions(
+        decode_pattern=PATTERN, context={"interconnect": "nvlink", "tensor_parallel_size": 2}, checkpoint=record,
+        fabric=found))
     summary = json.loads((campaign_dir / "summary.json").read_text())
     assert summary == json.loads(json.dumps(want))
     assert summary["ledger"]["ranks"][1]["floors"]["weights"] is None
@@ -381,8 +382,8 @@ def test_the_checkpoint_and_the_pcie_links_of_the_capture(campaign_dir, tmp_path
         assert line in text, line
 
     # the tokens the names do not give: the ledger's whole floor, with the spec bandwidth labelled
-    summary = summarize(sorted(str(p) for p in campaign_dir.glob("*.pt.trace.json.gz")), decode_pattern=PATTERN,
-                        context={"tensor_parallel_size": 2}, checkpoint=record, tokens=1)
+    summary = summarize(sorted(str(p) for p in campaign_dir.glob("*.pt.trace.json.gz")), SummaryOptions(
+        decode_pattern=PATTERN, context={"tensor_parallel_size": 2}, checkpoint=record, tokens=1))
     floor_ms = 61 * (2 * 7168 * 28672 + 7168) * 2 / 2 / 4800e9 * 1e3
     assert summary["ledger"]["ranks"][1]["floors"]["weights"] == pytest.approx(floor_ms, abs=1e-4)
     assert "GEMMs at 86% of HBM bandwidth (4800 GB/s, spec): memory-bound" in verdict_sentence(summary)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import summarize
+from vllm_ops.traces import SummaryOptions, summarize
 from vllm_ops_host.checkpoint import read_checkpoint
 
 REPO = Path(__file__).resolve().parents[3]
@@ -78,9 +78,9 @@ def test_the_headers_hold_the_toy_decoder(sandbox):
 
 
 def test_the_served_traces_against_the_sandbox_checkpoint(sandbox):
-    plain = summarize([str(sandbox["traces"])], context={"tensor_parallel_size": TP})
-    summary = summarize([str(sandbox["traces"])], context={"tensor_parallel_size": TP},
-                        checkpoint=str(sandbox["model"]))
+    plain = summarize([str(sandbox["traces"])], SummaryOptions(context={"tensor_parallel_size": TP}))
+    summary = summarize([str(sandbox["traces"])], SummaryOptions(context={"tensor_parallel_size": TP},
+                        checkpoint=str(sandbox["model"])))
     floor_ms = LAYERS * layer_bytes() / TP / SPEC * 1e3
     for rank, led in zip(summary["ranks"], summary["ledger"]["ranks"], strict=True):
         gemm = rank["decomposition"]["compute_ms"]["gemm"]

@@ -21,7 +21,7 @@ import pytest
 
 from vllm_ops import fabric
 from vllm_ops.ledger import LEVERS, MEMORY_BOUND_FACTOR, LedgerInputError
-from vllm_ops.traces import summarize, to_markdown
+from vllm_ops.traces import SummaryOptions, summarize, to_markdown
 from vllm_ops.traces.cli import main
 from vllm_ops.traces.render import verdict_sentence
 from vllm_ops.traces.verdict import describe
@@ -89,7 +89,7 @@ def world(tmp_path_factory):
 
 
 def test_a_batch_1_decode_whose_gemms_read_at_78_percent_of_the_bandwidth_is_memory_bound(world):
-    summary = summarize([str(world["traces"])], checkpoint=str(world["model"]))
+    summary = summarize([str(world["traces"])], SummaryOptions(checkpoint=str(world["model"])))
     ledger = summary["ledger"]
     assert ledger["tensor_parallel_size"] == TP and [r["rank"] for r in ledger["ranks"]] == [0, 1]
     for rank in ledger["ranks"]:
@@ -147,11 +147,12 @@ def test_without_a_checkpoint_batch_1_gemms_are_memory_bound_by_their_intensity(
     assert v["next"][-1].startswith("pass --checkpoint (the model's directory) for the GEMMs' floor")
     assert "decode ledger" not in to_markdown(summary)
     # the checkpoint's verdict agrees, and says more
-    assert summarize([str(world["traces"])], checkpoint=str(world["model"]))["verdict"]["kind"] == "memory-bound"
+    with_checkpoint = summarize([str(world["traces"])], SummaryOptions(checkpoint=str(world["model"])))
+    assert with_checkpoint["verdict"]["kind"] == "memory-bound"
 
 
 def test_the_steps_carry_their_context_lengths_and_the_kv_floor_reads_them(world):
-    summary = summarize([str(world["traces"])], checkpoint=str(world["gqa"]))
+    summary = summarize([str(world["traces"])], SummaryOptions(checkpoint=str(world["gqa"])))
     steady = [s for s in summary["ranks"][0]["steps"] if s["steady"]]
     assert steady and all(s["key_tokens"] == KEY_TOKENS for s in steady)  # the detailed annotation's sk
     kv = KEY_TOKENS * 2 * 2 * 128 * LAYERS * 2 / TP  # 2 KV heads of 128, K and V, bf16, one head per rank
@@ -164,7 +165,7 @@ def test_the_steps_carry_their_context_lengths_and_the_kv_floor_reads_them(world
     assert (kv_part["measured_ms"], kv_part["floor_ms"], kv_part["above_floor_ms"]) == (0.0, 0.0, 0.0)
     assert "Not charged (floor 0), and why:" in to_markdown(summary)
     # a key_tokens given replaces the steps' (a step that reads no KV cache, whatever its name says)
-    given = summarize([str(world["traces"])], checkpoint=str(world["gqa"]), key_tokens=0)
+    given = summarize([str(world["traces"])], SummaryOptions(checkpoint=str(world["gqa"]), key_tokens=0))
     assert given["ledger"]["ranks"][0]["floors"]["kv_cache"] == 0.0
     assert all(r["graph_launches_without_activity"] == 0 for r in summary["ranks"])
 
@@ -175,9 +176,9 @@ def test_the_checkpoint_as_a_record_file_or_a_capture(world, tmp_path, capsys):
     record = read_checkpoint(str(world["model"]))
     (tmp_path / "record.json").write_text(json.dumps(record))
     (tmp_path / "capture.json").write_text(json.dumps({"id": "c1", "checkpoint": record}))
-    want = summarize([str(world["traces"])], checkpoint=str(world["model"]))["ledger"]
+    want = summarize([str(world["traces"])], SummaryOptions(checkpoint=str(world["model"])))["ledger"]
     for source in (record, str(tmp_path / "record.json"), str(tmp_path / "capture.json")):
-        assert summarize([str(world["traces"])], checkpoint=source)["ledger"] == want
+        assert summarize([str(world["traces"])], SummaryOptions(checkpoint=source))["ledger"] == want
     # the command line: JSON with the ledger, Markdown with its table
     assert main([str(world["traces"]), "--checkpoint", str(tmp_path / "capture.json")]) == 0
     assert json.loads(capsys.readouterr().out)["ledger"] == json.loads(json.dumps(want))
@@ -194,7 +195,7 @@ def test_the_checkpoint_as_a_record_file_or_a_capture(world, tmp_path, capsys):
     assert main([str(world["traces"]), "--checkpoint", str(tmp_path / "capture-without.json")]) == 2
     assert "the capture recorded no checkpoint" in capsys.readouterr().err
     with pytest.raises(LedgerInputError, match="not a checkpoint record"):
-        summarize([str(world["traces"])], checkpoint={"tool": "something else"})
+        summarize([str(world["traces"])], SummaryOptions(checkpoint={"tool": "something else"}))
 
 
 def _degraded(gpu: int) -> list[dict]:
@@ -214,7 +215,7 @@ def test_a_degraded_link_is_a_warning_evidence_and_the_first_step_for_its_rank(w
     assert v0["kind"] == "host-bound"  # the GPU idles 3/4 of each step
     rank = v0["rank"]
     found = _degraded(rank)
-    after = summarize([str(world["idle"])], fabric=found)
+    after = summarize([str(world["idle"])], SummaryOptions(fabric=found))
     v = after["verdict"]
     assert (v["kind"], v["rank"]) == (v0["kind"], rank)
     (link,) = v["evidence"]["pcie_link"]
@@ -227,7 +228,7 @@ def test_a_degraded_link_is_a_warning_evidence_and_the_first_step_for_its_rank(w
     assert said in to_markdown(after)  # the verdict's evidence, in words
     # a degraded link on the other rank is evidence and a warning, but not the host-bound rank's first step
     other = _degraded(1 - rank)
-    v = summarize([str(world["idle"])], fabric=other)["verdict"]
+    v = summarize([str(world["idle"])], SummaryOptions(fabric=other))["verdict"]
     assert v["evidence"]["pcie_link"][0]["rank"] == 1 - rank and v["next"] == v0["next"]
 
 
@@ -235,7 +236,7 @@ def test_fabric_must_be_findings(world):
     from vllm_ops.traces import TraceInputError
 
     with pytest.raises(TraceInputError, match="fabric: expected"):
-        summarize([str(world["traces"])], fabric=[{"kind": "nonsense"}])
+        summarize([str(world["traces"])], SummaryOptions(fabric=[{"kind": "nonsense"}]))
 
 
 def test_gemms_faster_than_their_weights_allow_say_the_inputs_do_not_fit(world, tmp_path):
@@ -244,14 +245,14 @@ def test_gemms_faster_than_their_weights_allow_say_the_inputs_do_not_fit(world, 
     big.mkdir()
     write_safetensors(big / "model.safetensors", [(n, d, [s[0] * 4, *s[1:]]) for n, d, s in _tensors()])
     (big / "config.json").write_text(json.dumps(_config()))
-    summary = summarize([str(world["traces"])], checkpoint=str(big))
+    summary = summarize([str(world["traces"])], SummaryOptions(checkpoint=str(big)))
     assert {r["gemm"]["kind"] for r in summary["ledger"]["ranks"]} == {"below-weight-floor"}
     assert summary["verdict"]["kind"] == "compute-bound"  # not memory-bound: the ledger does not fit the run
     assert sum("less than reading its weights" in w for w in summary["warnings"]) == TP
 
 
 def test_the_ledger_leaves_the_figures_alone(world):
-    with_ledger = copy.deepcopy(summarize([str(world["traces"])], checkpoint=str(world["model"])))
+    with_ledger = copy.deepcopy(summarize([str(world["traces"])], SummaryOptions(checkpoint=str(world["model"]))))
     without = summarize([str(world["traces"])])
     for key in ("ranks", "collectives", "pace", "steady_state", "allreduce", "coverage"):
         assert with_ledger[key] == without[key], key
@@ -260,7 +261,8 @@ def test_the_ledger_leaves_the_figures_alone(world):
 def test_gemms_below_their_floor_get_no_negative_headroom(world):
     """A checkpoint twice the size the GEMMs can have read (TP 1 claimed for a TP-2 trace): the
     weights part is below its floor and the floors exceed the period; neither is a negative figure."""
-    summary = summarize([str(world["traces"])], checkpoint=str(world["model"]), context={"tensor_parallel_size": 1})
+    summary = summarize([str(world["traces"])], SummaryOptions(checkpoint=str(world["model"]),
+                                                               context={"tensor_parallel_size": 1}))
     for rank in summary["ledger"]["ranks"]:
         assert rank["floors"]["weights"] == pytest.approx(2 * world["floor_ms"], abs=1e-4)
         weights = next(p for p in rank["parts"] if p["part"] == "weights")
@@ -285,7 +287,7 @@ def test_a_dense_bf16_tp1_checkpoint_gets_advice_that_fits_it(world, tmp_path):
     (tmp_path / "tp1").mkdir()
     decode_trace(tmp_path / "tp1" / "rank0.pt.trace.json.gz", rank=0, world=1, steps=6, period_us=2 * window,
                  kernels=kernels, key_tokens=KEY_TOKENS, device=H200)
-    summary = summarize([str(tmp_path / "tp1")], checkpoint=str(world["model"]))
+    summary = summarize([str(tmp_path / "tp1")], SummaryOptions(checkpoint=str(world["model"])))
     model = summary["context"]["model"]
     assert (model["moe"], model["quantized"], model["tensor_parallel_size"]) == (False, False, 1)
     assert model["from"] == {"moe": "checkpoint", "quantized": "checkpoint"}

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import summarize
+from vllm_ops.traces import SummaryOptions, summarize
 from vllm_ops.traces.errors import TraceInputError
 from vllm_ops.traces.steady import START_UP
 
@@ -44,7 +44,7 @@ def known():
     """capture -> (truth, summary of its trace, its rank's step rows)."""
     out = {}
     for capture in ("dense", "moe", "dense_b"):
-        s = summarize([str(_trace(capture))], jobs=1)
+        s = summarize([str(_trace(capture))], SummaryOptions(jobs=1))
         out[capture] = (_truth(capture), s, s["ranks"][0]["steps"])
     return out
 
@@ -152,7 +152,7 @@ def test_rank_files_of_two_captures_are_refused(tmp_path):
     assert moe["captured"]["started_unix_s"] - dense["captured"]["finished_unix_s"] > 60
     a, b = _as_rank("dense", 0, tmp_path), _as_rank("moe", 1, tmp_path)
     with pytest.raises(TraceInputError, match="do not belong to one run") as err:
-        summarize([str(tmp_path)], jobs=1)
+        summarize([str(tmp_path)], SummaryOptions(jobs=1))
     assert a.name in str(err.value) and b.name in str(err.value)
 
 
@@ -163,7 +163,7 @@ def test_rank_files_of_two_captures_seconds_apart_are_refused(tmp_path):
     _as_rank("dense", 0, tmp_path)
     _as_rank("dense_b", 1, tmp_path)
     with pytest.raises(TraceInputError, match=r"do not belong to one run .*time ranges \d+\.\d s apart"):
-        summarize([str(tmp_path)], jobs=1)
+        summarize([str(tmp_path)], SummaryOptions(jobs=1))
 
 
 def _capture_script():
@@ -180,7 +180,7 @@ def test_the_ledger_reads_the_bytes_the_capture_held(capture, tmp_path):
     truth = _truth(capture)
     model, parts = truth["model"], truth["model"]["parts_bytes"]
     assert _capture_script().write_checkpoint(model, str(tmp_path / "ckpt")) == model["weights_bytes"]
-    s = summarize([str(_trace(capture))], checkpoint=str(tmp_path / "ckpt"), jobs=1)
+    s = summarize([str(_trace(capture))], SummaryOptions(checkpoint=str(tmp_path / "ckpt"), jobs=1))
     reads = s["ledger"]["ranks"][0]["reads"]
     per_layer = sum(parts.get(k, 0) for k in ("attention_and_norms_per_layer", "mlp_per_layer", "router_per_layer"))
     assert reads["always"] == model["layers"] * per_layer + parts["final_norm"]

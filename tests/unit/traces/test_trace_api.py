@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import TraceInputError, summarize, to_markdown
+from vllm_ops.traces import SummaryOptions, TraceInputError, summarize, to_markdown
 from vllm_ops.traces.topology import parse_topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,8 +31,8 @@ def _write(path: Path, rank: int, world_size: int = 2, allreduce_us: float = 6.0
 def test_summary_of_a_directory_and_of_a_list(tmp_path):
     a = _write(tmp_path / "r0.json.gz", 0, allreduce_us=6.0)
     b = _write(tmp_path / "r1.json.gz", 1, allreduce_us=16.0)
-    by_dir = summarize(str(tmp_path), jobs=1)
-    assert by_dir == summarize([a, b], jobs=1)
+    by_dir = summarize(str(tmp_path), SummaryOptions(jobs=1))
+    assert by_dir == summarize([a, b], SummaryOptions(jobs=1))
     assert [r["rank"] for r in by_dir["ranks"]] == [0, 1]
     assert by_dir["allreduce"]["ms_per_step_skew_corrected"] == 0.006
     assert by_dir["allreduce"]["wait_ms_per_step_by_rank"] == {"0": 0.0, "1": 0.01}
@@ -42,9 +42,9 @@ def test_summary_of_a_directory_and_of_a_list(tmp_path):
 
 def test_options_are_passed_through(tmp_path):
     path = _write(tmp_path / "r0.json.gz", 0, world_size=1)
-    s = summarize(path, decode_pattern="^nothing$", top=1, categories={"mine": "nvjet"})
+    s = summarize(path, SummaryOptions(decode_pattern="^nothing$", top=1, categories={"mine": "nvjet"}))
     assert s["ranks"][0]["decode_steps"] == 0 and s["decode_pattern"] == "^nothing$"
-    s = summarize(path, top=1, categories={"mine": "nvjet"})
+    s = summarize(path, SummaryOptions(top=1, categories={"mine": "nvjet"}))
     assert s["ranks"][0]["categories"]["mine"]["ms_per_step"] == 0.004
     assert len(s["ranks"][0]["top_kernels"]) == 1
 
@@ -72,7 +72,7 @@ def test_bad_input_raises_one_line(tmp_path, name, content, message):
 
 def test_a_bad_decode_pattern():
     with pytest.raises(TraceInputError, match=r"^decode_pattern: invalid regular expression"):
-        summarize("x", decode_pattern="(")
+        summarize("x", SummaryOptions(decode_pattern="("))
 
 
 def test_keep_going(tmp_path):
@@ -80,7 +80,7 @@ def test_keep_going(tmp_path):
     (tmp_path / "r1.json.gz").write_bytes(b"")
     with pytest.raises(TraceInputError, match=r"r1\.json\.gz: empty file"):
         summarize(str(tmp_path))
-    s = summarize(str(tmp_path), keep_going=True)
+    s = summarize(str(tmp_path), SummaryOptions(keep_going=True))
     assert [r["rank"] for r in s["ranks"]] == [0]
 
 
@@ -112,11 +112,11 @@ def test_topology(text, interconnect, links):
 def test_context_reaches_the_advisor(tmp_path):
     # world size 8: a tensor-parallel size the traces contradict is refused (issue 30), not taken silently
     s = summarize(_write(tmp_path / "r0.json.gz", 0, world_size=8),
-                  context={"interconnect": "pcie", "tensor_parallel_size": 8})
+                  SummaryOptions(context={"interconnect": "pcie", "tensor_parallel_size": 8}))
     assert s["context"]["interconnect"] == "pcie" and s["context"]["sources"]["interconnect"] == "given"
     assert s["context"]["tensor_parallel_size"] == 8
     with pytest.raises(TraceInputError, match="context must be a mapping"):
-        summarize(str(tmp_path / "r0.json.gz"), context="pcie")
+        summarize(str(tmp_path / "r0.json.gz"), SummaryOptions(context="pcie"))
 
 
 CPU_TRACE = REPO / "tests" / "unit" / "traces" / "data" / "rank0.1796013877177788456.pt.trace.json.gz"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import summarize, to_markdown
+from vllm_ops.traces import SummaryOptions, summarize, to_markdown
 from vllm_ops.traces.annotations import StepMatcher
 from vllm_ops.traces.cli import main
 from vllm_ops.traces.reader import read_trace
@@ -139,7 +139,7 @@ def mixed(write_trace, ev, tmp_path):
     write_trace("r0.json.gz", _gpu_events(ev, 6.0), rank=0, world_size=3)
     write_trace("r1.json.gz", _cpu_events(ev), rank=1, world_size=3)
     write_trace("r2.json.gz", _gpu_events(ev, 12.0), rank=2, world_size=3)
-    return summarize([str(tmp_path)], jobs=1)
+    return summarize([str(tmp_path)], SummaryOptions(jobs=1))
 
 
 def test_mixed_ranks_leave_the_kernel_less_rank_out(mixed):
@@ -190,7 +190,7 @@ def test_memory_copies_alone_are_not_a_measurement(write_trace, ev):
 def test_cpu_trace_without_matching_annotations_names_the_cpu_ones(tmp_path):
     path = tmp_path / CPU_TRACE.name
     shutil.copy(CPU_TRACE, path)
-    s = summarize([str(path)], decode_pattern="^decode_step$")
+    s = summarize([str(path)], SummaryOptions(decode_pattern="^decode_step$"))
     r = s["ranks"][0]
     assert r["decode_steps"] == 0 and r["gpu_time_measured"] is False
     # the prefill step (the default families still find it) is the rank's only step
@@ -211,7 +211,7 @@ def test_the_real_vllm_032_trace_takes_the_fast_path():
     assert [getattr(fast, f) for f in fields] == [getattr(general, f) for f in fields]
     assert fast.acts.tolist() == general.acts.tolist() and fast.launches.tolist() == general.launches.tolist()
     assert len([s for s in fast.cpu_spans if s.step.phase == "decode"]) == len(_by_hand()[1]) > 0
-    general = summarize([str(CPU_TRACE)], parser="general")
+    general = summarize([str(CPU_TRACE)], SummaryOptions(parser="general"))
     assert _without_parser(summarize([str(CPU_TRACE)])) == _without_parser(general)
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from vllm_ops import validate
 from vllm_ops.experiment.sweep import expand
-from vllm_ops.traces import summarize
+from vllm_ops.traces import SummaryOptions, summarize
 from vllm_ops.traces.experiments import NCCL_SWEEP, TESTS, data_form, sweep_words, with_ledger
 from vllm_ops.traces.verdict import _advice, advise, judge
 
@@ -80,7 +80,7 @@ def test_the_text_of_the_nccl_sweep_names_the_sweep_its_data_runs():
 
 def test_a_host_bound_verdict_plans_host_side_changes_and_no_nccl_sweep():
     """The real H200 pair: host-bound on rank 1, no CUDA graph launched."""
-    v = summarize([str(H200)], decode_pattern="^decode_step$")["verdict"]
+    v = summarize([str(H200)], SummaryOptions(decode_pattern="^decode_step$"))["verdict"]
     assert v["kind"] == "host-bound" and len(v["next_tests"]) == len(v["next"])
     assert [t["text"] for t in v["next_tests"]] == v["next"]
     assert [t["test"] for t in v["next_tests"]] == ["cuda-graphs", None]  # graphs first: both hosts are slow

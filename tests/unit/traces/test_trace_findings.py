@@ -11,7 +11,7 @@ import shlex
 
 import pytest
 
-from vllm_ops.traces import summarize
+from vllm_ops.traces import SummaryOptions, summarize
 from vllm_ops.traces.annotations import parse_step_name
 from vllm_ops.traces.render import to_markdown, verdict_sentence
 
@@ -98,7 +98,7 @@ def test_phase_names_keep_profiler_steps_out_and_the_pattern_is_suggested(tmp_pa
                                        "phases (decode_step)")
     assert s["verdict"]["next"] == [f"name the decode steps: vllm-trace-summary {shlex.quote(path)} "
                                     "--decode-pattern '^decode_step$'"]
-    assert summarize([path], decode_pattern="^decode_step$")["ranks"][0]["decode_steps"] == 3
+    assert summarize([path], SummaryOptions(decode_pattern="^decode_step$"))["ranks"][0]["decode_steps"] == 3
 
 
 # ----------------------------------------------------------------- 5. messages that name what was found
@@ -124,7 +124,7 @@ def test_mixed_steps_are_reported_as_mixed_with_their_decode_share(tmp_path, ev)
                             "--decode-pattern '_generation_[1-9]'")
     assert f"the mixed ones holding {decode_requests} decode requests" in s["warnings"][0]
     # the command it gives judges them
-    judged = summarize([path], decode_pattern="_generation_[1-9]")
+    judged = summarize([path], SummaryOptions(decode_pattern="_generation_[1-9]"))
     assert judged["ranks"][0]["decode_steps"] == 5 and judged["verdict"]["kind"] != "inconclusive"
 
 

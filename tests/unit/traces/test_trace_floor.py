@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import summarize, to_markdown
+from vllm_ops.traces import SummaryOptions, summarize, to_markdown
 from vllm_ops.traces.verdict import advise
 
 H200 = Path(__file__).resolve().parents[2] / "data" / "traces" / "h200_tp2_decode"
@@ -42,7 +42,7 @@ def _transfers():
 def test_the_summary_sets_the_floor_beside_the_transfer(tmp_path):
     path = tmp_path / "floor.json"
     path.write_text(json.dumps(_floor()))
-    s = summarize([str(H200)], decode_pattern="^decode_step$", allreduce_floor=str(path))
+    s = summarize([str(H200)], SummaryOptions(decode_pattern="^decode_step$", allreduce_floor=str(path)))
     (g,) = s["collectives"]["groups"]
     t = (math.log(14336) - math.log(1024)) / (math.log(16384) - math.log(1024))
     want_floor = math.exp(math.log(5.0) + t * (math.log(8.0) - math.log(5.0)))
@@ -55,7 +55,7 @@ def test_the_summary_sets_the_floor_beside_the_transfer(tmp_path):
 
 
 def test_a_floor_of_another_size_is_not_used_and_the_summary_says_why():
-    s = summarize([str(H200)], decode_pattern="^decode_step$", allreduce_floor=_floor(world=1))
+    s = summarize([str(H200)], SummaryOptions(decode_pattern="^decode_step$", allreduce_floor=_floor(world=1)))
     (g,) = s["collectives"]["groups"]
     assert g["floor_us"] is None and "one rank" in g["floor_note"]
     assert any("not used for group 0" in w for w in s["warnings"])

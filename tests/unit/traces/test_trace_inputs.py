@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import TraceInputError, summarize
+from vllm_ops.traces import SummaryOptions, TraceInputError, summarize
 
 H200 = Path(__file__).resolve().parents[3] / "tests" / "data" / "traces" / "h200_tp2_decode"
 RANKS = (0, 1)
@@ -44,10 +44,10 @@ def test_a_directory_reads_its_rank_traces_only(tmp_path):
     _frontend_trace(front)
     other = tmp_path / "engine_core.1790857026000000000.pt.trace.json.gz"  # no rank in the name, no distributedInfo
     _frontend_trace(other)
-    previous = summarize([str(H200)], decode_pattern="^decode")
+    previous = summarize([str(H200)], SummaryOptions(decode_pattern="^decode"))
     (tmp_path / "summary.json").write_text(json.dumps(previous))
     (tmp_path / "empty.json").write_text("")
-    s = summarize([str(tmp_path)], decode_pattern="^decode")
+    s = summarize([str(tmp_path)], SummaryOptions(decode_pattern="^decode"))
     assert [Path(r["file"]).name for r in s["ranks"]] == ["tp2_rank0.pt.trace.json.gz", "tp2_rank1.pt.trace.json.gz"]
     skipped = {Path(x["file"]).name: x["why"] for x in s["inputs"]["skipped"]}
     assert set(skipped) == {front.name, other.name, "summary.json", "empty.json"}
@@ -83,7 +83,7 @@ def test_a_file_given_by_name_that_is_the_output_is_refused(tmp_path):
     out = tmp_path / "x_rank0.pt.trace.json.gz"
     shutil.copy(H200 / "tp2_rank0.pt.trace.json.gz", out)
     with pytest.raises(TraceInputError, match="is the file this summary is being written to"):
-        summarize([str(out)], exclude=[str(out)])
+        summarize([str(out)], SummaryOptions(exclude=[str(out)]))
 
 
 def _concatenated(directory: Path, shift_us: float) -> dict:
@@ -104,8 +104,8 @@ def _concatenated(directory: Path, shift_us: float) -> dict:
 
 def test_a_concatenated_capture_is_paired_by_order_and_split_into_its_captures(tmp_path):
     docs = _concatenated(tmp_path, SHIFT_US)
-    one = summarize([str(H200)], decode_pattern="^decode")
-    s = summarize([str(tmp_path)], decode_pattern="^decode")
+    one = summarize([str(H200)], SummaryOptions(decode_pattern="^decode"))
+    s = summarize([str(tmp_path)], SummaryOptions(decode_pattern="^decode"))
     for r in RANKS:
         ids = [e["args"]["External id"] for e in docs[r]["traceEvents"]
                if e.get("cat") == "gpu_user_annotation" and e["name"] == "decode_step"]
@@ -136,7 +136,7 @@ def test_a_concatenated_capture_is_paired_by_order_and_split_into_its_captures(t
 def test_overlapping_concatenated_captures_are_refused(tmp_path):
     # the second copy starts 5 ms after the first: its steps interleave with the first's
     _concatenated(tmp_path, 5_000.0)
-    s = summarize([str(tmp_path)], decode_pattern="^decode")
+    s = summarize([str(tmp_path)], SummaryOptions(decode_pattern="^decode"))
     v = s["verdict"]
     assert v["kind"] == "inconclusive" and v["reason"].startswith("impossible figures: ")
     # what it names is impossible indeed: a step busier than its period, from the summary's own rows

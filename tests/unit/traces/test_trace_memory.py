@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import reader, spill, timeline
+from vllm_ops.traces import SummaryOptions, reader, spill, summarize, timeline
 from vllm_ops.traces.annotations import StepMatcher
 from vllm_ops.traces.categories import Classifier
 from vllm_ops.traces.errors import TraceInputError
+from vllm_ops.traces.ranks import allreduce_calls, summarize_rank
 from vllm_ops.traces.reader import read_trace
-from vllm_ops.traces.summary import allreduce_calls, summarize, summarize_rank
 
 MATCHER = StepMatcher(decode_pattern=r"^decode_step$")
 STEPS = 20
@@ -172,7 +172,7 @@ def test_the_spill_is_removed_on_bad_input_and_on_fallback(write_trace, ev, tmp_
 
 
 def test_the_measured_traces_are_summarized_correctly(write_trace, ev):
-    s = summarize([write_trace("t_rank0.json.gz", _events(ev, 40))], decode_pattern="^decode_step$")
+    s = summarize([write_trace("t_rank0.json.gz", _events(ev, 40))], SummaryOptions(decode_pattern="^decode_step$"))
     rank = s["ranks"][0]
     assert rank["decode_steps"] == STEPS
     assert rank["cuda_ms_per_step"] == pytest.approx((2.0 + 40 * 0.5) / 1000)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import summarize
+from vllm_ops.traces import SummaryOptions, summarize
 from vllm_ops.traces.render import to_markdown, verdict_sentence
 from vllm_ops.traces.verdict import advise
 
@@ -99,7 +99,7 @@ def hand(events):
 
 @pytest.fixture(scope="module")
 def pair():
-    return summarize([str(H200)], decode_pattern="^decode")
+    return summarize([str(H200)], SummaryOptions(decode_pattern="^decode"))
 
 
 def _host_per_step(rows):
@@ -235,7 +235,7 @@ def _interval(events, rank):
 def test_one_rank_alone_gets_no_communication_verdict_but_an_interval(events, hand, rank, tmp_path):
     path = tmp_path / f"tp2_rank{rank}.pt.trace.json.gz"
     shutil.copy(H200 / path.name, path)
-    s = summarize([str(path)], decode_pattern="^decode")
+    s = summarize([str(path)], SummaryOptions(decode_pattern="^decode"))
     v = s["verdict"]
     assert v["kind"] == "partial" and v["rank"] is None
     other = 1 - rank
@@ -263,7 +263,7 @@ def test_one_rank_alone_gets_no_communication_verdict_but_an_interval(events, ha
 def test_keep_going_with_an_unreadable_rank_is_partial_too(tmp_path):
     shutil.copy(H200 / "tp2_rank0.pt.trace.json.gz", tmp_path / "tp2_rank0.pt.trace.json.gz")
     (tmp_path / "tp2_rank1.pt.trace.json.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
-    s = summarize([str(tmp_path)], decode_pattern="^decode", keep_going=True)
+    s = summarize([str(tmp_path)], SummaryOptions(decode_pattern="^decode", keep_going=True))
     assert s["verdict"]["kind"] == "partial"
     assert s["coverage"]["missing"] == [1]
     assert s["coverage"]["unreadable"] == [str(tmp_path / "tp2_rank1.pt.trace.json.gz")]

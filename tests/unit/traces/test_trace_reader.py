@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import TraceInputError, reader, summarize
+from vllm_ops.traces import SummaryOptions, TraceInputError, reader, summarize
 from vllm_ops.traces.annotations import StepMatcher, StepName
 from vllm_ops.traces.reader import Span, find_trace_files, normalize_annotation, rank_from_filename, read_trace
 
@@ -102,7 +102,7 @@ def test_graph_launch_written_after_its_kernel(write_trace, ev):
         data = read_trace(path, MATCHER, parser=parser)
         assert data.graph_launch_corr == [5, 6] and data.graph_launches_without_activity == 1
         assert data.acts["corr"].tolist() == [5, -1]  # -1: no correlation recorded
-        s = summarize([path], decode_pattern="^decode_step$", parser=parser)
+        s = summarize([path], SummaryOptions(decode_pattern="^decode_step$", parser=parser))
         (step,) = s["ranks"][0]["steps"]
         # no CPU annotation: the step's graph launches are those its activities' correlations name
         assert step["activities"] == 2 and step["graph_launches"] == 1
@@ -125,7 +125,7 @@ def test_overlapping_spans_are_all_kept_and_the_latest_starting_one_holds_an_act
     for parser in ("fast", "general"):
         data = read_trace(path, MATCHER, parser=parser)
         assert [(s.ts, s.dur) for s in data.gpu_spans] == [(0.0, 10.0), (4.0, 10.0), (20.0, 1.0)]
-        s = summarize([path], decode_pattern="^decode_step$", parser=parser)
+        s = summarize([path], SummaryOptions(decode_pattern="^decode_step$", parser=parser))
         r = s["ranks"][0]
         assert [st["activities"] for st in r["steps"]] == [0, 2, 0]
         assert r["steps"][1]["kernel_ms"] == pytest.approx(0.003)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import summarize
+from vllm_ops.traces import SummaryOptions, summarize
 from vllm_ops.traces.reader import read_trace
 
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -38,7 +38,7 @@ def _by_hand(doc, step_name):
 def h200():
     d = TRACES / "h200_tp2_decode"
     hand = {r: _by_hand(_load(d / f"tp2_rank{r}.pt.trace.json.gz"), "decode_step") for r in (0, 1)}
-    return d, hand, summarize([str(d)], decode_pattern="^decode_step$")
+    return d, hand, summarize([str(d)], SummaryOptions(decode_pattern="^decode_step$"))
 
 
 def test_h200_per_rank_figures(h200):
@@ -118,8 +118,9 @@ def test_b200_prefill_is_classified(real_traces):
 def test_parsers_agree(real_traces, name):
     path = real_traces / name
     kwargs = {"decode_pattern": ".", "prefill_pattern": "^$"}
-    auto = summarize([str(path)], **kwargs)
-    assert _without(auto, "parser") == _without(summarize([str(path)], parser="general", **kwargs), "parser")
+    auto = summarize([str(path)], SummaryOptions(**kwargs))
+    general = summarize([str(path)], SummaryOptions(parser="general", **kwargs))
+    assert _without(auto, "parser") == _without(general, "parser")
 
 
 
@@ -138,7 +139,7 @@ def test_with_every_gpu_annotation_a_step_every_activity_inside_one_is_counted_o
     spans = [(e["ts"], e["ts"] + e["dur"]) for e in doc["traceEvents"] if e.get("cat") == "gpu_user_annotation"]
     assert spans
     total = sum(e["dur"] for e in acts if any(a <= e["ts"] < b for a, b in spans))
-    entry = summarize([str(path)], decode_pattern=".", prefill_pattern="^$")["ranks"][0]
+    entry = summarize([str(path)], SummaryOptions(decode_pattern=".", prefill_pattern="^$"))["ranks"][0]
     assert entry["decode_steps"] == len(spans)
     assert entry["cuda_ms_per_step"] * entry["decode_steps"] == pytest.approx(total / 1000, rel=1e-3, abs=1e-3)
 
@@ -172,10 +173,10 @@ def test_h200_relaid_one_key_per_line_reads_fast_and_alike(real_traces, tmp_path
         (tmp_path / src.name).write_bytes(gzip.compress(text, 1))
         assert read_trace(str(tmp_path / src.name), parser="fast").parser == "fast"
     kwargs = {"decode_pattern": "^decode_step$"}
-    pretty = summarize([str(tmp_path)], **kwargs)
-    compact = summarize([str(real_traces / "h200_tp2_decode")], **kwargs)
+    pretty = summarize([str(tmp_path)], SummaryOptions(**kwargs))
+    compact = summarize([str(real_traces / "h200_tp2_decode")], SummaryOptions(**kwargs))
     assert _without(pretty, "file") == _without(compact, "file")
-    general = summarize([str(tmp_path)], parser="general", **kwargs)
+    general = summarize([str(tmp_path)], SummaryOptions(parser="general", **kwargs))
     assert _without(pretty, "file", "parser") == _without(general, "file", "parser")
 
 
@@ -217,7 +218,7 @@ def test_v100_steps_from_cpu_annotations_by_correlation(real_traces, parser):
             for i, st in enumerate(steps):
                 if t is not None and st["ts"] <= t < st["ts"] + st["dur"]:
                     inside[i].append(e)
-    s = summarize([str(path)], parser=parser)
+    s = summarize([str(path)], SummaryOptions(parser=parser))
     r = s["ranks"][0]
     assert r["steps_from"] == "user_annotation" and r["decode_steps"] == len(steps) == 5
     assert any("ProfilerStep#N spans are used as decode steps" in w for w in s["warnings"])

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from vllm_ops.traces import TraceInputError, summarize
+from vllm_ops.traces import SummaryOptions, TraceInputError, summarize
 from vllm_ops.traces.cli import main
 
 DECODE = "execute_context_0(0)_generation_1(1)"
@@ -152,8 +152,8 @@ def test_a_tensor_parallel_size_the_traces_contradict_is_refused(tmp_path, ev, c
     err = capsys.readouterr().err
     assert err.startswith("vllm-trace-summary: error: --tensor-parallel-size 4 contradicts the traces")
     with pytest.raises(TraceInputError, match="world size of 2"):
-        summarize([path], context={"tensor_parallel_size": 3})
-    s = summarize([path], context={"tensor_parallel_size": 1})
+        summarize([path], SummaryOptions(context={"tensor_parallel_size": 3}))
+    s = summarize([path], SummaryOptions(context={"tensor_parallel_size": 1}))
     assert any(w.startswith("tensor-parallel size 1 given, the traces' world size is 2") for w in s["warnings"])
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from vllm_ops.traces import Classifier, TraceInputError, parse_rules, summarize
+from vllm_ops.traces import Classifier, SummaryOptions, TraceInputError, parse_rules, summarize
 
 NCCL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 CUSTOM = "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)"
@@ -22,7 +22,7 @@ def _rank_events(ev, ar_durs, step_names=(STEP, STEP), gemm_dur=4.0):
 def test_two_ranks_known_figures(write_trace, ev, tmp_path):
     write_trace("r0.json.gz", _rank_events(ev, [10.0, 12.0]), rank=0, world_size=2)
     write_trace("r1.json.gz", _rank_events(ev, [30.0, 5.0]), rank=1, world_size=2)
-    s = summarize([str(tmp_path)], jobs=1)
+    s = summarize([str(tmp_path)], SummaryOptions(jobs=1))
     assert s["warnings"] == []
     r0, r1 = s["ranks"]
     assert (r0["rank"], r0["decode_steps"], r1["decode_steps"]) == (0, 2, 2)
@@ -92,7 +92,7 @@ def test_profiler_step_fallback(write_trace, ev):
     assert s["ranks"][0]["cuda_ms_per_step"] == pytest.approx(0.003)
     assert any("ProfilerStep#N spans are used" in w for w in s["warnings"])
     # An explicit pattern never falls back.
-    s = summarize([path], decode_pattern="^decode$")
+    s = summarize([path], SummaryOptions(decode_pattern="^decode$"))
     assert s["ranks"][0]["decode_steps"] == 0
 
 
@@ -188,7 +188,7 @@ def test_graph_launches_with_their_kernels_are_fine(write_trace, ev):
 def test_missing_ranks_of_the_group(write_trace, ev, tmp_path):
     write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]), rank=0, world_size=4)
     write_trace("r2.json.gz", _rank_events(ev, [1.0, 1.0]), rank=2, world_size=4)
-    s = summarize([str(tmp_path)], jobs=1)
+    s = summarize([str(tmp_path)], SummaryOptions(jobs=1))
     assert s["world_size"] == 4
     assert any("2 of the 4 ranks have no trace here (missing: 1, 3)" in w for w in s["warnings"])
 
@@ -203,7 +203,7 @@ def test_single_rank_skew_correction_is_flagged(write_trace, ev):
 def test_different_step_counts_and_unmatched_calls(write_trace, ev, tmp_path):
     write_trace("r0.json.gz", _rank_events(ev, [10.0, 12.0]), rank=0, world_size=2)
     write_trace("r1.json.gz", _rank_events(ev, [30.0, 5.0], step_names=(STEP, "other")), rank=1, world_size=2)
-    s = summarize([str(tmp_path)], jobs=1)
+    s = summarize([str(tmp_path)], SummaryOptions(jobs=1))
     assert any("different decode step counts (rank 0: 2, rank 1: 1)" in w for w in s["warnings"])
     assert ("all-reduce group (unnamed): ranks have different call counts (rank 0: 2, rank 1: 1); only the first "
             "1 of each were matched as collectives.") in s["warnings"]
@@ -218,7 +218,7 @@ def test_different_step_counts_and_unmatched_calls(write_trace, ev, tmp_path):
 def test_skew_correction_with_unmatched_calls_keeps_its_meaning(write_trace, ev, tmp_path):
     write_trace("r0.json.gz", _rank_events(ev, [10.0, 12.0]), rank=0, world_size=2)
     write_trace("r1.json.gz", _rank_events(ev, [30.0, 5.0], step_names=(STEP, "other")), rank=1, world_size=2)
-    s = summarize([str(tmp_path)], jobs=1)
+    s = summarize([str(tmp_path)], SummaryOptions(jobs=1))
     assert s["allreduce"]["ms_per_step_skew_corrected"] == pytest.approx(0.01)
 
 
@@ -226,7 +226,7 @@ def test_calls_running_different_kernels_are_flagged(write_trace, ev, tmp_path):
     write_trace("r0.json.gz", _rank_events(ev, [10.0, 12.0]), rank=0, world_size=2)
     events = [e if e["name"] != NCCL else dict(e, name=CUSTOM) for e in _rank_events(ev, [30.0, 5.0])]
     write_trace("r1.json.gz", events, rank=1, world_size=2)
-    s = summarize([str(tmp_path)], jobs=1)
+    s = summarize([str(tmp_path)], SummaryOptions(jobs=1))
     assert ("all-reduce group (unnamed): 2 of 2 matched calls run different kernels on different ranks; the "
             "matching by call order may be off.") in s["warnings"]
     assert s["ranks"][1]["allreduce_nccl_ms_per_step"] == 0.0
@@ -236,7 +236,7 @@ def test_calls_running_different_kernels_are_flagged(write_trace, ev, tmp_path):
 def test_rank_comes_from_the_file_name_then_from_order(write_trace, ev, tmp_path):
     write_trace("x_rank1.json.gz", _rank_events(ev, [1.0, 1.0]), info=False)
     write_trace("y.json.gz", _rank_events(ev, [1.0, 1.0]), info=False)
-    s = summarize([str(tmp_path)], jobs=1)
+    s = summarize([str(tmp_path)], SummaryOptions(jobs=1))
     assert [r["rank"] for r in s["ranks"]] == [0, 1]
     assert s["ranks"][1]["file"].endswith("x_rank1.json.gz")
     assert any("y.json.gz: no distributedInfo" in w and "treated as rank 0" in w for w in s["warnings"])
@@ -246,15 +246,15 @@ def test_two_files_for_one_rank_is_an_error(write_trace, ev, tmp_path):
     write_trace("a.json.gz", _rank_events(ev, [1.0, 1.0]), rank=0)
     write_trace("b.json.gz", _rank_events(ev, [1.0, 1.0]), rank=0)
     with pytest.raises(TraceInputError, match="rank 0 is also claimed by"):
-        summarize([str(tmp_path)], jobs=1)
+        summarize([str(tmp_path)], SummaryOptions(jobs=1))
 
 
 def test_keep_going_lets_good_ranks_through(write_trace, ev, tmp_path):
     write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]), rank=0, world_size=2)
     (tmp_path / "r1.json.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
     with pytest.raises(TraceInputError, match=r"r1\.json\.gz"):
-        summarize([str(tmp_path)], jobs=1)
-    s = summarize([str(tmp_path)], keep_going=True, jobs=1)
+        summarize([str(tmp_path)], SummaryOptions(jobs=1))
+    s = summarize([str(tmp_path)], SummaryOptions(keep_going=True, jobs=1))
     assert [r["rank"] for r in s["ranks"]] == [0]
     assert any(w.startswith("skipped ") and "r1.json.gz" in w for w in s["warnings"])
     assert any("missing: 1" in w for w in s["warnings"])
@@ -263,18 +263,18 @@ def test_keep_going_lets_good_ranks_through(write_trace, ev, tmp_path):
 def test_keep_going_with_nothing_readable_still_fails(tmp_path):
     (tmp_path / "r0.json").write_bytes(b"")
     with pytest.raises(TraceInputError, match=r"r0\.json: empty file .*no readable trace left"):
-        summarize([str(tmp_path)], keep_going=True)
+        summarize([str(tmp_path)], SummaryOptions(keep_going=True))
 
 
 def test_parallel_workers_give_the_same_summary(write_trace, ev, tmp_path):
     for r, durs in enumerate(([10.0, 12.0], [30.0, 5.0], [7.0, 9.0])):
         write_trace(f"r{r}.json.gz", _rank_events(ev, durs), rank=r, world_size=3)
-    assert summarize([str(tmp_path)], jobs=3) == summarize([str(tmp_path)], jobs=1)
+    assert summarize([str(tmp_path)], SummaryOptions(jobs=3)) == summarize([str(tmp_path)], SummaryOptions(jobs=1))
 
 
 def test_user_categories_and_top(write_trace, ev):
     path = write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]))
-    s = summarize([path], categories={"mine": "^nvjet"}, top=1)
+    s = summarize([path], SummaryOptions(categories={"mine": "^nvjet"}, top=1))
     r = s["ranks"][0]
     assert r["categories"]["mine"]["ms_per_step"] == 0.004
     assert r["top_kernels"] == [{"name": GEMM, "category": "mine", "ms_per_step": 0.004, "calls_per_step": 1.0}]
@@ -282,7 +282,8 @@ def test_user_categories_and_top(write_trace, ev):
 
 
 def test_categories_list_every_category_of_the_table(write_trace, ev):
-    s = summarize([write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]))], categories={"mine": "^nvjet"})
+    s = summarize([write_trace("r0.json.gz", _rank_events(ev, [1.0, 1.0]))],
+                  SummaryOptions(categories={"mine": "^nvjet"}))
     r = s["ranks"][0]
     assert r["categories"]["gemm"] == {"ms_per_step": 0.0, "share": 0.0}
     assert r["categories"]["other"] == {"ms_per_step": 0.0, "share": 0.0}
@@ -298,13 +299,13 @@ def test_categories_list_every_category_of_the_table(write_trace, ev):
 ])
 def test_bad_options(write_trace, ev, kwargs, message):
     with pytest.raises(TraceInputError, match=message):
-        summarize([write_trace("r0.json.gz", [])], **kwargs)
+        summarize([write_trace("r0.json.gz", [])], SummaryOptions(**kwargs))
 
 
 def test_nested_spans_are_flagged(write_trace, ev):
     events = [ev.span("step_outer", 0.0, 100.0), ev.span("step_inner", 10.0, 10.0),
               ev.kernel(GEMM, 15.0, 1.0), ev.kernel(GEMM, 50.0, 2.0)]
-    s = summarize([write_trace("r0.json.gz", events)], decode_pattern="^step_")
+    s = summarize([write_trace("r0.json.gz", events)], SummaryOptions(decode_pattern="^step_"))
     r = s["ranks"][0]
     assert r["decode_steps"] == 2
     # the kernel at 15 lies in both spans: it belongs to the one that started last, the inner one
@@ -316,7 +317,7 @@ def test_nested_spans_are_flagged(write_trace, ev):
 def test_nested_spans_an_activity_outside_the_inner_span_belongs_to_the_outer(write_trace, ev):
     events = [ev.span("step_outer", 0.0, 100.0), ev.span("step_inner", 10.0, 10.0),
               ev.kernel(GEMM, 15.0, 1.0), ev.kernel(GEMM, 50.0, 2.0)]
-    s = summarize([write_trace("r0.json.gz", events)], decode_pattern="^step_")
+    s = summarize([write_trace("r0.json.gz", events)], SummaryOptions(decode_pattern="^step_"))
     r = s["ranks"][0]
     assert [st["kernel_ms"] for st in r["steps"]] == [0.002, 0.001]
     assert r["cuda_ms_per_step"] == pytest.approx(0.003 / 2)

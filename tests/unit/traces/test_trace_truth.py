@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_ops.traces import Classifier, summarize
+from vllm_ops.traces import Classifier, SummaryOptions, summarize
 from vllm_ops.traces.annotations import parse_step_name
 
 TRACES = Path(__file__).resolve().parents[3] / "tests" / "data" / "traces"
@@ -149,7 +149,7 @@ def hand(docs):
 
 @pytest.fixture(scope="module")
 def real():
-    return summarize([str(H200)], decode_pattern="^decode_step$")
+    return summarize([str(H200)], SummaryOptions(decode_pattern="^decode_step$"))
 
 
 # ------------------------------------------------------------------ a. per-step figures
@@ -230,7 +230,7 @@ def stripped(docs, tmp_path_factory):
         doc = dict(docs[r], traceEvents=[e for e in docs[r]["traceEvents"] if e.get("cat") != "gpu_user_annotation"])
         out[r] = doc
         _write(d, r, doc)
-    return out, summarize([str(d)], decode_pattern="^decode_step$")
+    return out, summarize([str(d)], SummaryOptions(decode_pattern="^decode_step$"))
 
 
 def test_without_gpu_annotations_the_steps_come_from_the_cpu_ones_by_correlation(stripped, hand):
@@ -320,7 +320,7 @@ def stalled(docs, hand, tmp_path_factory):
             events.append(e)
         out[r] = dict(docs[r], traceEvents=events)
         _write(d, r, out[r])
-    return out, summarize([str(d)], decode_pattern="^decode_step$")
+    return out, summarize([str(d)], SummaryOptions(decode_pattern="^decode_step$"))
 
 
 def test_a_host_stall_lands_in_its_step_period_and_not_its_window(stalled, real, hand):

@@ -181,10 +181,11 @@ def test_the_served_all_reduce_is_named_by_the_trace_s_kernels(allreduce, path):
 
 
 def test_the_h200_pair_serves_nccl_s_all_reduce():
-    from vllm_ops.traces import summarize
+    from vllm_ops.traces import SummaryOptions, summarize
 
     root = __import__("pathlib").Path(__file__).resolve().parents[3]
-    summary = summarize([str(root / "tests" / "data" / "traces" / "h200_tp2_decode")], decode_pattern="^decode_step$")
+    summary = summarize([str(root / "tests" / "data" / "traces" / "h200_tp2_decode")],
+                        SummaryOptions(decode_pattern="^decode_step$"))
     assert served_allreduce(summary)["path"] == "nccl"
 
 
