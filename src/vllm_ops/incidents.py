@@ -31,10 +31,10 @@ from pathlib import Path
 
 from vllm_ops_host import loads
 
-from .artifacts import write_json, write_text
+from .artifacts import write_text
 from .cliutil import read_json, run_command
 from .errors import VllmOpsError
-from .records import IncidentRecord, RecordError
+from .records import IncidentRecord, RecordError, SummaryRecord
 from .records.incident import INCIDENT_JSON
 from .render import render
 from .traces import SummaryOptions, TraceInputError, summarize
@@ -186,7 +186,10 @@ def _capture(path: Path, record: IncidentRecord) -> dict | None:
     stored = directory / CAPTURE_SUMMARY
     try:
         if stored.is_file():
-            trace_summary = read_json(stored, "trace summary", IncidentInputError)
+            try:
+                trace_summary = SummaryRecord.load(stored).to_dict()
+            except RecordError as exc:
+                raise IncidentInputError(str(exc)) from None
         else:
             topology = directory / "topology.txt"
             context = {"tensor_parallel_size": capture.get("tensor_parallel_size"),
@@ -195,7 +198,7 @@ def _capture(path: Path, record: IncidentRecord) -> dict | None:
             files = [str(directory / t["file"]) for t in capture.get("traces") or [] if isinstance(t, Mapping)]
             given = {k: v for k, v in context.items() if v is not None}
             trace_summary = summarize(files, SummaryOptions(context=given))
-            write_json(stored, trace_summary)
+            SummaryRecord.from_dict(trace_summary, "the capture's summary").dump(directory)
     except (TraceInputError, OSError, KeyError) as exc:
         return {"words": words, "verdict": f"the capture's traces cannot be read: {exc}", "summary": None}
     return {"words": words, "verdict": verdict_sentence(trace_summary), "summary": str(stored)}

@@ -16,10 +16,11 @@ import json
 import sys
 
 from ..cliutil import read_json, run_command
+from ..records import RecordError, SummaryRecord
 from .chart import chart_line, steps_line, write_chart, write_steps_chart
 from .diskspace import estimate
 from .errors import CampaignInputError
-from .figures import check_summary, headline
+from .figures import headline
 from .history import COLUMN_DOCS, append_history, history_row
 from .report import analyze
 
@@ -85,11 +86,11 @@ def _load_json(path: str, what: str) -> object:
 
 
 def _summary(path: str) -> dict:
-    data = _load_json(path, "summary")
+    """``path`` read as :class:`vllm_ops.records.SummaryRecord`, as a dict of its fields."""
     try:
-        return check_summary(data)
-    except CampaignInputError as exc:
-        raise CampaignInputError(f"summary {path}: {exc}") from None
+        return SummaryRecord.load(path).to_dict()
+    except RecordError as exc:
+        raise CampaignInputError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> str:

@@ -25,6 +25,7 @@ from .. import artifacts, fabric, loadcost
 from ..allreduce import UNIT_RESULT, AllreduceInputError
 from ..job import JobInputError, downtime_text, duration, now_iso
 from ..ledger import LedgerInputError
+from ..records import SummaryRecord
 from ..render import render
 from ..traces import SummaryOptions, summarize, to_markdown
 from .chart import chart_line, ledger_line, steps_line, write_chart, write_ledger_chart, write_steps_chart
@@ -192,7 +193,7 @@ def analyze(directory: str, *, history: str | None = None, template: str | None 
     row = history_row(record, summary) if history else None
 
     out = os.path.join
-    lines = [f"wrote {artifacts.write_json(out(directory, artifacts.SUMMARY_JSON), summary)}",
+    lines = [f"wrote {SummaryRecord.from_dict(summary, 'the summary').dump(directory)}",
              f"wrote {artifacts.write_json(out(directory, artifacts.CAMPAIGN_JSON), record)}"]
     lines.append(chart_line(write_chart(summary, out(directory, artifacts.DECODE_PNG), host=record["host"],
                                         campaign_id=record["id"])))

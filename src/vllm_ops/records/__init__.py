@@ -8,7 +8,9 @@ the record's shape. So far: :mod:`.job` (``job.json``, the job skeleton's record
 :mod:`.incident` (``incident.json``, one of the watch's incidents, written on the host by the watch),
 :mod:`.experiment` (``experiment.json``, one host's benchmark of a baseline and its variants, kept by
 the experiment, the tune and the rollout's canary), :mod:`.tune` (``tune.json``, one host's tune) and
-:mod:`.rollout_host` (a rollout's ``hosts/<host>.json``); :mod:`.base` holds what they share.
+:mod:`.rollout_host` (a rollout's ``hosts/<host>.json``) and :mod:`.summary` (``summary.json``, a trace
+summary, written by the campaign's report, the watch's incidents and ``vllm-trace-summary``); :mod:`.base`
+holds what they share.
 """
 
 from .capture import CaptureRecord
@@ -17,7 +19,8 @@ from .experiment import ExperimentRecord
 from .incident import IncidentRecord
 from .job import JobRecord
 from .rollout_host import RolloutHostRecord
+from .summary import SummaryRecord
 from .tune import TuneRecord
 
 __all__ = ["CaptureRecord", "ExperimentRecord", "IncidentRecord", "JobRecord", "RecordError", "RolloutHostRecord",
-           "TuneRecord"]
+           "SummaryRecord", "TuneRecord"]

@@ -16,6 +16,7 @@ import stat
 import sys
 
 from ..errors import VllmOpsError
+from ..records import SummaryRecord
 from .categories import DEFAULT_RULES
 from .options import SummaryOptions
 from .render import to_markdown
@@ -151,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     for rank in summary["ranks"]:
         if rank.get("gpu_time_measured") is False:
             print(f"{PROG}: warning: rank {rank['rank']}: {NOT_MEASURED}", file=sys.stderr)
-    text = to_markdown(summary) if args.format == "markdown" else json.dumps(summary, indent=2) + "\n"
+    text = (to_markdown(summary) if args.format == "markdown" else
+            json.dumps(SummaryRecord.from_dict(summary, "the summary").to_dict(), indent=2) + "\n")
     try:
         sys.stdout.write(text)
         sys.stdout.flush()

@@ -54,7 +54,7 @@ from ..cliutil import read_json
 from ..experiment import build_report, load_experiment
 from ..experiment.analysis import TPOT, drift_measured, point_words
 from ..job import JobInputError, downtime_text, duration
-from ..records import RecordError, TuneRecord
+from ..records import RecordError, SummaryRecord, TuneRecord
 from ..records.tune import TUNE_JSON
 from .errors import TuneInputError
 
@@ -147,7 +147,10 @@ def profile_summary(path: Path) -> dict:
         return {}
     from ..traces.words import describe
 
-    summary = _read(path, "trace summary")
+    try:
+        summary = SummaryRecord.load(path).to_dict()
+    except RecordError as exc:
+        raise TuneInputError(str(exc)) from None
     out = {"verdict": describe(summary.get("verdict") or {}), "headroom_pct": None}
     ranks = ((summary.get("ledger") or {}).get("ranks") or []) if isinstance(summary.get("ledger"), Mapping) else []
     pcts = [100 * r["headroom_ms"] / r["floors"]["total"] for r in ranks

@@ -96,7 +96,7 @@ def test_analyze_writes_every_output(campaign_dir, tmp_path, capsys):
     want = summarize(sorted(str(p) for p in campaign_dir.glob("*.pt.trace.json.gz")), SummaryOptions(
         decode_pattern=PATTERN, context={"interconnect": "nvlink", "tensor_parallel_size": 2}))
     summary = json.loads((campaign_dir / "summary.json").read_text())
-    assert summary == json.loads(json.dumps(want))
+    assert summary == {"schema": "vllm-ops/summary/1", **json.loads(json.dumps(want))}  # the record's file
     assert summary["context"]["interconnect"] == "nvlink" and summary["context"]["sources"]["interconnect"] == "given"
 
     # campaign.json: the inputs, coerced, and the statistics of the samples
@@ -354,7 +354,7 @@ def test_the_checkpoint_and_the_pcie_links_of_the_capture(campaign_dir, tmp_path
         decode_pattern=PATTERN, context={"interconnect": "nvlink", "tensor_parallel_size": 2}, checkpoint=record,
         fabric=found))
     summary = json.loads((campaign_dir / "summary.json").read_text())
-    assert summary == json.loads(json.dumps(want))
+    assert summary == {"schema": "vllm-ops/summary/1", **json.loads(json.dumps(want))}  # the record's file
     assert summary["ledger"]["ranks"][1]["floors"]["weights"] is None
     assert "the tokens per step are unknown" in summary["ledger"]["ranks"][1]["not_measured"]["reads"]
     assert summary["verdict"]["evidence"]["pcie_link"][0]["gpu"] == 1

@@ -57,8 +57,8 @@ def test_headline(tmp_path, two_ranks, capsys):
 @pytest.mark.parametrize(("content", "message"), [
     (None, "summary {path}: No such file or directory"),
     ("{nope", "summary {path}: invalid JSON"),
-    ("[1, 2]", "summary {path}: expected a trace summary"),
-    ('{"ranks": [3]}', "a 'ranks' entry is a int"),
+    ("[1, 2]", "{path}: a trace summary must be a JSON object, not list"),
+    ('{"ranks": [3]}', "{path}: 'ranks' entry 0 must be an object, not int"),
 ])
 def test_bad_summary(tmp_path, capsys, content, message):
     path = tmp_path / "summary.json"
