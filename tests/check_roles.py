@@ -13,6 +13,9 @@
   collection (``galaxy.yml``'s ``build_ignore``), whose playbooks are ``vllm_ops.serving.<op>``.
 - A role's private names (``__<role>_*``, facts, registers and vars) appear only in that role's
   own files: no role, playbook or template reads another's.
+- Tests sit beside what they test: every Molecule scenario is named for an operation
+  (``playbooks/<op>.yml``; ``<op>_multi`` for it on several hosts) or a role (``roles/<role>``), but the
+  suites of :data:`SUITES`, each named for what it covers.
 
 Run by ``make lint``; exit status 1 with one line per problem.
 """
@@ -38,6 +41,10 @@ INCLUDE_ACTIONS = {f"{prefix}{verb}_role" for prefix in ("", "ansible.builtin.",
                    for verb in ("include", "import")}
 PRIVATE = re.compile(r"\b__([a-z][a-z0-9_]*)")
 BLOCK_KEYS = ("block", "rescue", "always")
+# The Molecule scenarios named for neither an operation nor a role, and what each covers.
+SUITES = {"default": "the vllm role's deploy, its watch and incidents (Molecule's default scenario)",
+          "vllm_cpu": "the operations against vLLM's real CPU build (make test-real)",
+          "resources": "no scenario: the sandbox, the stand-ins and the helpers every scenario shares"}
 
 
 def _tasks(node) -> Iterator[dict]:
@@ -167,6 +174,14 @@ def check(root: Path) -> list[str]:
         elif galaxy.is_file() and path.name not in ignored:
             problems.append(f"{path.name}: the root entry is not in galaxy.yml's build_ignore; the built collection "
                             f"would carry it beside playbooks/{path.name}")
+
+    # Tests beside what they test: a scenario per operation or per role.
+    operations = {p.stem for p in root.glob("playbooks/*.yml")}
+    named = operations | {f"{op}_multi" for op in operations} | set(roles) | set(SUITES)
+    for scenario in sorted(p.name for p in (root / "molecule").glob("*") if p.is_dir()):
+        if scenario not in named:
+            problems.append(f"molecule/{scenario}: a scenario is named for the operation (playbooks/<op>.yml) or the "
+                            "role (roles/<role>) whose tests it holds")
 
     # Templates name variables too: a role's own may use its private names, no other's.
     templates = sorted(roles_dir.glob("*/templates/**/*.j2")) if roles_dir.is_dir() else []

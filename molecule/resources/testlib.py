@@ -17,6 +17,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = "vllm-kimi-k25-int4"
 FAULT_DIR = "/run/vllm-standin"  # the stand-in's fault files (molecule/resources/standin/README.md)
@@ -25,6 +28,8 @@ LOCK = "/run/vllm-ops/job.lock"
 OLD_LOCK = "/run/vllm-ops/campaign.lock"
 INCIDENTS = "/var/lib/vllm-ops/incidents"  # the watch's (docs/watch.md), one directory per incident
 TRAFFIC = "/run/vllm-ops-test-traffic"  # while it exists, start_traffic's senders send
+MODEL = "/srv/models/kimi-k25-int4"  # the sandbox's checkpoint (64 sparse shards)
+SHARDS_SHARE = 0.85  # the stand-in's share of a load spent in the shards (standin/lib/vllm_standin/worker.py)
 
 
 class Play:
@@ -143,6 +148,27 @@ def leave_normal(host) -> None:
     healthy (each job suite's autouse fixture)."""
     host.run(f"rm -f {FAULT_DIR}/* {LOCK} {OLD_LOCK}")
     assert_normal_service(host)
+
+
+@pytest.fixture(autouse=True)
+def healthy_after(host):
+    """Every test must leave the normal service active and healthy, with no fault left (a job suite's
+    conftest imports it, so that it runs after each of the suite's tests)."""
+    yield
+    leave_normal(host)
+
+
+def standin_load_s(tests_dir: Path) -> float:
+    """The scenario's load time of the stand-in (its one host's ``sandbox_standin_load_s``, host_vars),
+    for the lower bounds the loads' tests assert."""
+    (path,) = (Path(tests_dir).parent / "host_vars").glob("*.yml")
+    return float(yaml.safe_load(path.read_text())["sandbox_standin_load_s"])
+
+
+def checkpoint_bytes(host) -> int:
+    """The sandbox checkpoint's size as stat reads it on the host."""
+    sizes = host.check_output(f"stat -c %s {MODEL}/*.safetensors").split()
+    return sum(int(s) for s in sizes)
 
 
 def holders(host, device: str) -> list[int]:

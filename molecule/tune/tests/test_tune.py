@@ -15,6 +15,7 @@ import json
 import re
 import shlex
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
@@ -27,6 +28,7 @@ from testlib import (
     UNIT,
     assert_normal_service,
     run_playbook,
+    standin_load_s,
     start_playbook,
     wait_for,
 )
@@ -36,7 +38,7 @@ DROPIN = f"/etc/systemd/system/{UNIT}.service.d/50-variant.conf"
 FACTORS = {("NCCL_PROTO", "LL128"): 0.5, ("NCCL_PROTO", "Simple"): 0.9, ("NCCL_MAX_NCHANNELS", "8"): 1.6}
 UNIT_ENV = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "LL", "NCCL_MAX_NCHANNELS": "16"}
 # The stand-in's load on this scenario's host (its host_vars), in the unit's environment beside UNIT_ENV.
-LOAD_S = yaml.safe_load((ROOT / "molecule/tune/host_vars/vllm-mol-tune.yml").read_text())["sandbox_standin_load_s"]
+LOAD_S = standin_load_s(Path(__file__).parent)
 NCCL = "nccl:NCCL_PROTO={},NCCL_MAX_NCHANNELS={}"
 SWEEP = [NCCL.format(p, n) for p in ("LL", "LL128", "Simple") for n in (8, 16)]
 

@@ -2,7 +2,7 @@
 the real `vllm bench serve` at temperature 0 (the tune's sandbox suite is molecule/tune/tests/test_tune.py).
 The tune's measurement is an experiment (the baseline, the variant, the baseline again, through the
 benchmark piece every job shares): this test is also the experiment's on the real build
-(experiment.yml's own tests are the stand-in's, molecule/tune/tests/test_experiment.py)."""
+(experiment.yml's own tests are the stand-in's, molecule/experiment/tests/test_experiment.py)."""
 
 from __future__ import annotations
 

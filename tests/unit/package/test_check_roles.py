@@ -155,3 +155,11 @@ def test_a_root_entry_the_built_collection_would_carry_is_refused(tmp_path):
     (root / "galaxy.yml").write_text(yaml.safe_dump({"build_ignore": ["job_a.yml", "molecule"]}))
     assert check(root) == ["job_b.yml: the root entry is not in galaxy.yml's build_ignore; the built collection "
                            "would carry it beside playbooks/job_b.yml"]
+
+
+def test_a_scenario_named_for_no_operation_and_no_role_is_refused(tmp_path):
+    root = house(tmp_path)
+    for scenario in ("job_a", "job_b_multi", "piece", "default", "resources", "campaign"):
+        (root / "molecule" / scenario).mkdir(parents=True)
+    assert check(root) == ["molecule/campaign: a scenario is named for the operation (playbooks/<op>.yml) or the "
+                           "role (roles/<role>) whose tests it holds"]

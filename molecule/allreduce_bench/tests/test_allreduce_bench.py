@@ -33,13 +33,13 @@ def refused(host, tmp_path, extra: dict) -> str:
 def test_a_python_without_torch_is_refused(host, tmp_path):
     # The stand-in host has no PyTorch at all: its system Python stands for a venv without torch.
     msg = refused(host, tmp_path, {"allreduce_bench_python": "/usr/bin/python3"})
-    assert msg.startswith("allreduce_bench_python (/usr/bin/python3) on vllm-mol-campaign cannot import torch "
+    assert msg.startswith("allreduce_bench_python (/usr/bin/python3) on vllm-mol-allreduce cannot import torch "
                           "(ModuleNotFoundError: No module named 'torch'): point it at the Python of the vLLM venv")
 
 
 def test_a_world_size_above_the_gpus_is_refused(host, tmp_path):
     msg = refused(host, tmp_path, {"allreduce_bench_backend": "nccl", "allreduce_bench_world_size": 3})
-    assert msg.startswith("allreduce_bench_world_size is 3 but vllm-mol-campaign has 2 GPU device node(s)")
+    assert msg.startswith("allreduce_bench_world_size is 3 but vllm-mol-allreduce has 2 GPU device node(s)")
 
 
 def test_a_gpu_held_by_another_process_is_refused_before_the_stop(host, tmp_path):
@@ -77,7 +77,7 @@ def test_a_failed_measurement_says_why_and_restores_the_service(host, tmp_path):
     # The measurement stopped the service: the skeleton's downtime record says what that cost.
     back = r"\(the normal service is back and healthy; downtime [\d.]+ s in \d+ gaps?( \(longest [\d.]+ s\))?\)"
     assert re.search(back, msg), msg
-    assert "allreduce_bench.py exited 3 on vllm-mol-campaign: allreduce_bench: measurement failed: rank 1 died" in msg
+    assert "allreduce_bench.py exited 3 on vllm-mol-allreduce: allreduce_bench: measurement failed: rank 1 died" in msg
     assert "journalctl -u vllm-ops-allreduce-" in msg
     # The service was stopped for the measurement and started again; the lock is gone.
     assert main_pid(host) != before

@@ -189,7 +189,7 @@ def test_a_capture_too_big_for_the_disk_is_refused_before_anything_stops(host, c
     need = -(-(2**20 * steps * 2 * 3 // 2) // 2**20)  # 1 MiB x steps x 2 ranks x 1.5, in MiB rounded up
     assert message.startswith(f"Not enough free space for the traces: the capture needs about {need} MiB "
                               f"({steps} steps x 2 rank(s) x 1048576 bytes per step and rank, from default")
-    assert re.search(r"; \d+ MiB are free under /var/lib/vllm/traces on vllm-mol-campaign", message)
+    assert re.search(r"; \d+ MiB are free under /var/lib/vllm/traces on vllm-mol-profile", message)
     assert host.check_output(f"systemctl show {UNIT} -p InvocationID --value") == invocation, "nothing may be stopped"
     assert not host.file(LOCK).exists
 

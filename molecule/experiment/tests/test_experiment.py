@@ -45,7 +45,7 @@ def center(directory, runs, variant, concurrency, key):
 def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host, tmp_path):
     play, artifacts = experiment(tmp_path)
     assert play.rc == 0, play.output[-5000:]
-    (directory,) = [p for p in (artifacts / "vllm-mol-tune").iterdir() if p.is_dir()]
+    (directory,) = [p for p in (artifacts / "vllm-mol-experiment").iterdir() if p.is_dir()]
     record = json.loads((directory / "experiment.json").read_text())
     report = json.loads((directory / "report.json").read_text())
     runs = record["runs"]
@@ -64,7 +64,7 @@ def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host,
     band = max((max(abs(v - base) for v in base_runs) + max(abs(v - ngram) for v in ngram_runs)) / base, 0.05)
     assert change < -band, "the stand-in's ngram speculation must be a clear win"
     headline = play.result("Print the headline")["msg"]
-    said = re.match(r"vllm-mol-tune: best: ngram: TPOT ([-+]\d+\.\d)% \(\+/-(\d+\.\d)%\) at concurrency 1; ",
+    said = re.match(r"vllm-mol-experiment: best: ngram: TPOT ([-+]\d+\.\d)% \(\+/-(\d+\.\d)%\) at concurrency 1; ",
                     headline)
     # One decimal in the headline (report.json rounds to four first).
     assert said, headline
@@ -95,7 +95,7 @@ def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host,
     assert profiled["variant"] == "NCCL_PROTO=LL128" and profiled["environment"]["NCCL_PROTO"] == "LL128"
     assert len(list((directory / "profile/02").glob("*.pt.trace.json.gz"))) == 2
     assert by_name["NCCL_PROTO=LL128"]["profile_headline"].startswith(
-        "vllm-mol-tune: host-bound on rank 1, not steady")
+        "vllm-mol-experiment: host-bound on rank 1, not steady")
 
     # Acceptance from the /metrics counters the module read around each run: the stand-in accepts
     # round(3 x 0.6) = 2 of 3 draft tokens.
@@ -114,7 +114,7 @@ def test_an_experiment_ranks_the_variants_records_the_failure_and_restores(host,
     assert gaps >= 2 and f" in {gaps} gaps (longest " in text
     for png in ("throughput.png", "tpot.png"):
         assert (directory / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rows = list(csv.DictReader((artifacts / "vllm-mol-tune" / "experiments.csv").open()))
+    rows = list(csv.DictReader((artifacts / "vllm-mol-experiment" / "experiments.csv").open()))
     assert sorted((r["variant"], r["concurrency"]) for r in rows) == sorted(
         (v, c) for v in ("baseline", "ngram", "NCCL_PROTO=LL128", "draft-missing") for c in ("1", "4"))
 
@@ -132,7 +132,7 @@ def test_check_mode_changes_nothing_and_says_what_would_run(host, tmp_path):
     assert play.rc == 0, play.output[-4000:]
     said = play.result("Say what a real run would do")["msg"]
     assert "then 3 variant(s) (ngram, NCCL_PROTO=LL128, draft-missing), each a restart" in said
-    assert invocation(host) == before and not (artifacts / "vllm-mol-tune").exists()
+    assert invocation(host) == before and not (artifacts / "vllm-mol-experiment").exists()
 
 
 def test_a_variant_that_sets_what_the_role_owns_is_refused_before_anything_changes(host, tmp_path):
@@ -159,7 +159,8 @@ def test_a_vllm_without_its_benchmark_is_refused_in_the_preflight(host, tmp_path
     play, _ = experiment(tmp_path)
     assert play.rc != 0
     message = play.result("Check that vLLM's benchmark is there")["msg"]
-    assert message.startswith("/opt/vllm-standin/bin/vllm on vllm-mol-tune has no working `vllm bench serve` (exit 1")
+    assert message.startswith("/opt/vllm-standin/bin/vllm on vllm-mol-experiment has no working "
+                              "`vllm bench serve` (exit 1")
     assert invocation(host) == before and not host.file(LOCK).exists
 
 

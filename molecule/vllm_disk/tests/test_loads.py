@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
-from conftest import LOAD_S, SHARDS_SHARE, checkpoint_bytes
-from testlib import run_playbook
+from testlib import SHARDS_SHARE, checkpoint_bytes, run_playbook, standin_load_s
+
+LOAD_S = standin_load_s(Path(__file__).parent)
 
 
 def only_dir(path):

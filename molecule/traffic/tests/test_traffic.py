@@ -15,7 +15,7 @@ import shlex
 
 from testlib import UNIT, run_playbook, wait_for
 
-HOST = "vllm-mol-tune"
+HOST = "vllm-mol-traffic"
 DIRECTORY = "/var/lib/vllm/traffic"
 BLOCK = 64  # the role's default vllm_traffic_block_tokens
 SYSTEM = [f"sys{i}word" for i in range(3 * BLOCK)]  # a shared prefix of exactly three blocks

@@ -1,4 +1,4 @@
-"""Fixtures for the campaign suite (helpers: molecule/resources/testlib.py)."""
+"""Fixtures for the profile suite (helpers and the autouse healthy_after: molecule/resources/testlib.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "resources"))
 
-from testlib import leave_normal, run_playbook
+from testlib import SHARDS_SHARE, checkpoint_bytes, healthy_after, run_playbook, standin_load_s  # noqa: F401
 
 
 @pytest.fixture
@@ -27,30 +26,15 @@ def campaign(tmp_path):
     return run
 
 
-@pytest.fixture(autouse=True)
-def healthy_after(host):
-    """Every test must leave the normal service active and healthy, with no fault left."""
-    yield
-    leave_normal(host)
-
-
 # ------------------------------------------------------------------ the loads of a campaign (issue 24)
 # Expected values from the scenario's own settings: its host's VLLM_STANDIN_LOAD_S (host_vars'
 # sandbox_standin_load_s), of which the stand-in's shards take 85%
 # (molecule/resources/standin/lib/vllm_standin/worker.py), and the checkpoint's file sizes as stat
 # reads them on the host. No duration but the lower bound a sleep guarantees.
 
-MODEL = "/srv/models/kimi-k25-int4"
-LOAD_S = float(yaml.safe_load((Path(__file__).resolve().parents[1] / "host_vars" / "vllm-mol-campaign.yml")
-                              .read_text())["sandbox_standin_load_s"])
-SHARDS_SHARE = 0.85  # the stand-in's share of a load spent in the shards
+LOAD_S = standin_load_s(Path(__file__).parent)
 # The phases the stand-in logs a line for, in vLLM's order, on a host with GPUs and without --enforce-eager.
 PHASES = ["start", "weights", "post_load", "compile", "kv_cache", "cuda_graphs", "engine_init", "api_start"]
-
-
-def checkpoint_bytes(host) -> int:
-    sizes = host.check_output(f"stat -c %s {MODEL}/*.safetensors").split()
-    return sum(int(s) for s in sizes)
 
 
 def assert_campaign_loads(host, campaign, directory):
