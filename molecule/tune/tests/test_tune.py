@@ -281,7 +281,7 @@ def test_a_communication_bound_host_is_tuned_at_two_loads_to_the_planted_best(ho
     # The host_vars file: the unit's settings with the winner's changes laid over them.
     host_vars = yaml.safe_load((d / "host_vars.yml").read_text())
     assert {k: str(v) for k, v in host_vars["vllm_environment"].items()} == {
-        **UNIT_ENV, "VLLM_STANDIN_LOAD_S": str(LOAD_S), "NCCL_PROTO": "LL128", "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}
+        **UNIT_ENV, "VLLM_STANDIN_LOAD_S": f"{LOAD_S:g}", "NCCL_PROTO": "LL128", "VLLM_ALLREDUCE_USE_FLASHINFER": "0"}
     assert host_vars["vllm_extra_args"][0] == "--trust-remote-code"
 
     # Costs: the profile, two variants and the normal service back, each a gap in /health.
