@@ -69,8 +69,8 @@ left out and why), ``collectives`` (groups, per-rank waits, straggler), ``verdic
 
 ``decode_pattern`` records the steps used: the user's, the families' (as one regex), or
 ``ProfilerStep#N`` (the fallback, :mod:`.findings`). Warnings come in the order a reader needs
-them: why no decode steps were found and the pattern to try, then which ranks are missing and
-what to fetch, then the rest.
+them (:mod:`.notes`): why no decode steps were found and the pattern to try, then which ranks are
+missing and what to fetch, then the PCIe findings, then the rest.
 
 Kept from earlier versions, with their meaning unchanged: per rank ``decode_steps``,
 ``cuda_ms_per_step`` (kernel-time sum per decode step over *all* decode steps, so it includes
@@ -84,7 +84,6 @@ GPU time is *measured* on a rank only when its trace holds GPU kernel events
 never zeros; it is left out of every group-wide figure, and a warning says so. Its steps
 are still counted from the CPU annotations.
 """
-
 
 from __future__ import annotations
 
