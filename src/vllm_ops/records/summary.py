@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 from ..artifacts import SUMMARY_JSON
-from .base import Record, object_or_null
+from .base import Record, object_or_null, text
 from .errors import RecordError
 
 __all__ = ["SCHEMA", "SummaryRecord"]
@@ -41,10 +41,11 @@ class SummaryRecord(Record):
     READ_AS: ClassVar[str] = "summary"
     DAMAGED: ClassVar[str] = f"; the file is damaged or was cut short: {FIX}"
     VALUES_AS: ClassVar[str] = "the summary"
-    # the fields that are lists (every other is an object or null, but the four scalars below)
+    # the fields that are lists, texts, or of one type or null; every other is an object or null
     LISTS: ClassVar[tuple[str, ...]] = ("ranks", "ranks_without_gpu_kernels", "regimes", "fabric", "prefill",
                                         "warnings")
-    SCALARS: ClassVar[tuple[str, ...]] = ("decode_pattern", "prefill_pattern", "world_size", "gpu_time_measured")
+    TEXTS: ClassVar[tuple[str, ...]] = ("decode_pattern", "prefill_pattern")
+    TYPED: ClassVar[dict[str, type]] = {"world_size": int, "gpu_time_measured": bool}
 
     decode_pattern: str | None = None
     prefill_pattern: str | None = None
@@ -78,8 +79,10 @@ class SummaryRecord(Record):
         for f in fields(cls):
             if f.name in cls.LISTS:
                 values[f.name] = _list(data, f.name, where)
-            elif f.name in cls.SCALARS:
-                values[f.name] = _scalar(data, f.name, where)
+            elif f.name in cls.TEXTS:
+                values[f.name] = text(data, f.name, where, required=False)
+            elif f.name in cls.TYPED:
+                values[f.name] = _typed(data, f.name, cls.TYPED[f.name], where)
             else:
                 values[f.name] = object_or_null(data, f.name, where)
         for i, rank in enumerate(values["ranks"]):
@@ -99,9 +102,9 @@ def _list(data: Mapping, key: str, where: str) -> list:
     return list(value)
 
 
-def _scalar(data: Mapping, key: str, where: str) -> object:
+def _typed(data: Mapping, key: str, kind: type, where: str) -> object:
+    """A field of ``kind`` or null (a bool is no int)."""
     value = data.get(key)
-    kinds = {"decode_pattern": str, "prefill_pattern": str, "world_size": int, "gpu_time_measured": bool}[key]
-    if value is not None and (not isinstance(value, kinds) or (kinds is int and isinstance(value, bool))):
-        raise RecordError(f"{where}: '{key}' must be {kinds.__name__} or null, got {value!r}; {FIX}")
+    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise RecordError(f"{where}: '{key}' must be {kind.__name__} or null, got {value!r}; {FIX}")
     return value
