@@ -26,7 +26,6 @@ from ..artifacts import find_newest, write_json, write_text
 from ..cliutil import read_json, run_command
 from ..experiment import cli as experiment_cli
 from ..loadcost import last_load
-from ..records import RecordError, SummaryRecord
 from ..render import render
 from ..traces.experiments import with_ledger
 from ..traces.words import describe
@@ -34,7 +33,7 @@ from .errors import TuneInputError
 from .history import COLUMN_DOCS, append_tune
 from .plan import build_plan, cost, plan_words, served_allreduce
 from .prescreen import screen, screen_words
-from .result import EXPERIMENT_DIR, analyze, merged_settings, winner, write_outputs
+from .result import EXPERIMENT_DIR, analyze, merged_settings, read_summary, winner, write_outputs
 
 PROG = "vllm-tune-report"
 TEMPLATE = "tune_report.md.j2"
@@ -45,14 +44,6 @@ def _json_arg(text: str, what: str) -> object:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise TuneInputError(f"{what}: not JSON ({exc.msg})") from None
-
-
-def _summary(path: str | Path) -> dict:
-    """A trace summary (:class:`vllm_ops.records.SummaryRecord`), as a dict of its fields."""
-    try:
-        return SummaryRecord.load(path).to_dict()
-    except RecordError as exc:
-        raise TuneInputError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,13 +95,13 @@ def do_plan(args: argparse.Namespace) -> str:
         # the all-reduce the service runs, from the host's newest trace summary where it has one
         newest = find_newest(args.loads_under, "summary.json") if args.loads_under else None
         if newest is not None:
-            served = served_allreduce(_summary(newest), str(newest))
+            served = served_allreduce(read_summary(newest), str(newest))
     else:
         path = args.summary or find_newest(args.summary_under, "summary.json")
         if path is None:
             raise TuneInputError(f"no summary.json under {args.summary_under}: profile the host first (profile.yml), "
                                  "or give a plan file")
-        summary = _summary(path)
+        summary = read_summary(path)
         verdict = summary["verdict"]
         if not isinstance(verdict, dict) or "next_tests" not in verdict:
             raise TuneInputError(f"{path}: its verdict has no next_tests (a summary of an earlier release): "

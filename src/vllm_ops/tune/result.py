@@ -140,6 +140,14 @@ def _speculates(entry: Mapping) -> bool:
     return any(str(a).startswith("--speculative-config") for a in entry.get("extra_args") or [])
 
 
+def read_summary(path: str | Path) -> dict:
+    """A trace summary (:class:`vllm_ops.records.SummaryRecord`), as a dict of its fields."""
+    try:
+        return SummaryRecord.load(path).to_dict()
+    except RecordError as exc:
+        raise TuneInputError(str(exc)) from None
+
+
 def profile_summary(path: Path) -> dict:
     """``{verdict, headroom_pct}`` of the tune's own profile: the verdict in words and, where the
     summary has a decode ledger, the largest headroom over floor of a rank, in % of that floor."""
@@ -147,10 +155,7 @@ def profile_summary(path: Path) -> dict:
         return {}
     from ..traces.words import describe
 
-    try:
-        summary = SummaryRecord.load(path).to_dict()
-    except RecordError as exc:
-        raise TuneInputError(str(exc)) from None
+    summary = read_summary(path)
     out = {"verdict": describe(summary.get("verdict") or {}), "headroom_pct": None}
     ranks = ((summary.get("ledger") or {}).get("ranks") or []) if isinstance(summary.get("ledger"), Mapping) else []
     pcts = [100 * r["headroom_ms"] / r["floors"]["total"] for r in ranks
