@@ -53,7 +53,7 @@ def figures(r: dict, steps: list[dict], measured: bool, phase: str) -> dict:
 def phase(r: dict, entry: dict, phase: str) -> dict:
     """A rank's figures of earlier versions over its steps of ``phase`` (the summary's ``prefill[]``)."""
     steps = [s for s in entry["steps"] if s["phase"] == phase]
-    measured = r["gpu_kernels"] > 0
+    measured = entry["gpu_time_measured"]
     out = {"rank": r["rank"], "file": r["file"], "device": r["device"], "gpu_kernels": r["gpu_kernels"],
            "gpu_time_measured": measured, f"{phase}_steps": len(steps), "steps_from": entry["steps_from"]}
     out.update(figures(r, steps, measured, phase))

@@ -62,6 +62,11 @@ class Run:
     def options(self):
         return self.resolved.options
 
+    @property
+    def unmeasured(self) -> list[int]:
+        """The ranks whose traces hold no GPU kernel events."""
+        return [r["rank"] for r in self.ranks if not measured(r)]
+
     def decode_steps(self) -> dict[int, set[int]]:
         """Each measured rank's decode step indices."""
         return {r["rank"]: {s["index"] for s in r["decode"]} for r in self.measured}
@@ -182,7 +187,7 @@ def step_notes(run: Run) -> list[Note]:
 
 def unmeasured_notes(run: Run) -> list[Note]:
     """Ranks without GPU kernels beside ranks with them: the group-wide figures cover the others."""
-    unmeasured = [r["rank"] for r in run.ranks if not measured(r)]
+    unmeasured = run.unmeasured
     if not unmeasured or len(unmeasured) == len(run.ranks):
         return []
     return [note("ranks_unmeasured", unmeasured=unmeasured, ranks=len(run.ranks),

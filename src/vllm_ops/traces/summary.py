@@ -174,7 +174,7 @@ def _analyze(run: Run, notes: list[Note]) -> dict:
         notes += found
     allreduce, found = legacy.allreduce(entries, coll)
     notes += found + unmeasured_notes(run) + [note("fabric", "fabric", finding=f) for f in resolved.fabric]
-    unmeasured = [r["rank"] for r in run.ranks if not steps.measured(r)]
+    unmeasured = run.unmeasured
     return {
         "decode_pattern": run.decode_used,
         "prefill_pattern": options.prefill_pattern or DEFAULT_PREFILL_PATTERN,
