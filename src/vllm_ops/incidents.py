@@ -51,7 +51,6 @@ NAME = re.compile(r"^\d{8}T\d{6}Z$")  # the watch's directory names: the inciden
 FRAMES = 4  # frames shown per process, innermost first
 ROLE_ORDER = {"API server": 0, "engine": 1, "worker": 2}
 CAPTURE = "capture"  # a slowdown incident's live capture, its own directory
-CAPTURE_SUMMARY = "summary.json"
 UNCHANGED = ("nothing the watch reads changed: vLLM's version, the unit's and the environment files, the NCCL "
              "settings, the GPU driver, the PCIe link widths")
 
@@ -183,7 +182,7 @@ def _capture(path: Path, record: IncidentRecord) -> dict | None:
     words = (f"{loads.seconds_words(capture.get('seconds'))} of the service's own traffic from "
              f"{capture.get('started_at') or '?'}, {len(capture.get('traces') or [])} rank(s), no restart")
     directory = path / CAPTURE
-    stored = directory / CAPTURE_SUMMARY
+    stored = directory / SummaryRecord.FILE  # where the record is written, below
     try:
         if stored.is_file():
             try:
