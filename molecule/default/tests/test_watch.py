@@ -66,6 +66,7 @@ def test_the_watch_runs_as_its_own_user_with_ptrace_and_kill_only(host):
     assert set(prop(host, WATCH, "CapabilityBoundingSet").split()) == {"cap_kill", "cap_sys_ptrace"}
     config = json.loads(host.file("/usr/local/lib/vllm-ops/watch/watch.json").content_string)
     assert (config["unit"], config["stall_s"], config["url"]) == (f"{UNIT}.service", STALL_S, "http://127.0.0.1:8000")
+    assert config["schema"] == "vllm-ops/watch-config/1"  # written by the module vllm_watch_config
     # its figures for Prometheus, written under the unit's sandbox and readable by node_exporter's user
     figures = host.file("/var/lib/vllm-ops/metrics/vllm_ops_watch.prom")
     wait_for(lambda: figures.exists, "the watch's figures for Prometheus")

@@ -36,7 +36,8 @@ profiler started and stopped over loopback, ``vllm_ops_profiler.py``, the traces
 incident), which ``playbooks/incidents.yml`` reads.
 
 Standard library only, Python 3.9: installed by the ``vllm`` role beside its config
-(``watch.json``); ``vllm_ops_watch.py --config FILE``. Its state is in its status line
+(``watch.json``, whose fields and defaults are ``vllm_ops_watch_config``'s, the collection's
+``watch_config.py``); ``vllm_ops_watch.py --config FILE``. Its state is in its status line
 (``systemctl status``) and in ``incidents_dir/watch-state.json``.
 """
 
@@ -59,6 +60,10 @@ import urllib.error
 import urllib.request
 from collections import deque
 from datetime import datetime, timezone
+
+# installed beside the watch by the role: its configuration's fields and defaults (the collection's
+# watch_config.py, which the vllm_watch_config module writes watch.json with); the watch needs it
+import vllm_ops_watch_config as watch_config
 
 try:  # installed beside the watch by the role: the load's record, as the role's health wait makes it
     import vllm_ops_loads as loads
@@ -93,20 +98,7 @@ INCIDENT_SCHEMA = "vllm-ops/incident/2"
 COLLECTIVE = re.compile(r"all_reduce|allreduce|all_gather|reduce_scatter|broadcast|barrier|nccl|"
                         r"collective_rpc|acquire_read|acquire_write|shm_broadcast|custom_ar", re.I)
 SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-DEFAULTS = {
-    "unit": "vllm.service", "url": "http://127.0.0.1:8000", "interval_s": 5.0, "stall_s": 0.0,
-    "stall_floor_s": 120.0, "max_restarts": 3, "restart_window_s": 3600.0,
-    "incidents_dir": "/var/lib/vllm-ops/incidents", "keep": 20, "max_bytes": 200 * 2**20,
-    "lock_file": "/run/vllm-ops/job.lock", "py_spy": "/usr/local/bin/py-spy",
-    "health_timeout_s": 2400.0, "request_timeout_s": 5.0, "journal_lines": 300, "environment_files": [],
-    "model_path": "",
-    "slowdown_interval_s": 60.0, "baseline_intervals": 30, "min_band": 0.10,
-    "metrics_file": "/var/lib/vllm-ops/metrics/vllm_ops_watch.prom",
-    "pcie_interval_s": 300.0, "nvidia_smi": "nvidia-smi",
-    "auto_capture": False, "armed": False, "capture_after_s": 120.0, "capture_min_interval_s": 3600.0,
-    "capture_s": 10.0, "capture_timeout_s": 600.0, "trace_dir": "/var/lib/vllm/traces", "ranks": 1,
-    "max_iterations": 0, "history_s": 14400.0,
-}
+DEFAULTS = watch_config.defaults()
 # A job's (or an operator's) request to fit the baseline on a known-good window of the scrapes the watch
 # kept (``--baseline-window``/``--baseline-last``), in the incidents directory until the watch reads it.
 BASELINE_REQUEST = "baseline-request.json"
@@ -1121,12 +1113,6 @@ def _load_json(path):
         return {}
 
 
-def load_config(path):
-    cfg = dict(DEFAULTS)
-    cfg.update(_load_json(path))
-    return cfg
-
-
 def _when(text):
     """A time given to ``--baseline-window``: Unix seconds, or ISO 8601 (a ``Z`` or an offset; UTC without)."""
     try:
@@ -1160,7 +1146,10 @@ def main(argv=None):
                         help="the same for the last SECONDS (a benchmark that just ended)")
     parser.add_argument("--by", default="an operator", help="who vouches for the window (a job, a person)")
     args = parser.parse_args(argv)
-    cfg = load_config(args.config)
+    try:
+        cfg = watch_config.load(args.config)
+    except watch_config.WatchConfigError as exc:
+        parser.error(str(exc))
     if args.baseline_window or args.baseline_last:
         now = time.time()
         try:
