@@ -253,3 +253,13 @@ def prune_plan(candidates, history, keep, protect=()):
     ran = {h.get("venv_dir") for h in history or [] if h.get("venv_dir")}
     kept = set(kept_versions(history, keep)) | {p for p in protect if p}
     return sorted(c for c in candidates if c in ran and c not in kept)
+
+
+# The role's mark on a version directory it installed (module vllm_version_marker): only a directory
+# that holds it is ever removed by prune_plan's caller, module vllm_versions.
+MARKER = ".vllm-ops-version"
+
+
+def marker_text(version, installed_by):
+    """The mark's text: which version the directory holds and what installed it."""
+    return json.dumps({"installed_by": installed_by, "version": version}, indent=4, sort_keys=True) + "\n"

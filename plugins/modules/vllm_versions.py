@@ -64,6 +64,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_ops.serving.plugins.module_utils.vllm_last_good_lib import (
+    MARKER,
     LastGoodError,
     kept_versions,
     load,
@@ -76,7 +77,7 @@ def main():
         argument_spec=dict(
             versions_dir=dict(type="path", required=True),
             keep=dict(type="int", default=2),
-            marker=dict(type="str", default=".vllm-ops-version"),
+            marker=dict(type="str", default=MARKER),
             store=dict(type="path", required=True),
             protect=dict(type="list", elements="path", default=[]),
         ),
