@@ -15,8 +15,9 @@ from collections.abc import Mapping
 
 from ..charts import HIGHLIGHT, PALETTE, figure, save_png
 from ..ledger import FLOORED_PARTS, PARTS
+from ..records.summary import checked
 from ..traces.steps import exposed_allreduce
-from .figures import check_summary, decode_figures, rank_measured
+from .figures import decode_figures, rank_measured
 
 ALLREDUCE = "allreduce"
 
@@ -46,7 +47,7 @@ def write_chart(summary: Mapping, path: str | os.PathLike, *, host: str | None =
     GPU data has 0 and says why in its text instead, the sentence being ``note`` (None when
     there are bars).
     """
-    check_summary(summary)
+    summary = checked(summary)
     ranks = summary["ranks"]
     fig_info = decode_figures(summary)
     live = [r for r in ranks if rank_measured(r) and r.get("cuda_ms_per_step") is not None]
@@ -159,7 +160,7 @@ def write_steps_chart(summary: Mapping, path: str | os.PathLike, *, host: str | 
     it; steps the steady-state rule left out are hatched and labelled. PNG, atomic write.
     Returns ``{path, ranks, steps, left_out, note}``; a summary without per-step GPU figures
     gets a text instead of bars (``note``)."""
-    check_summary(summary)
+    summary = checked(summary)
     ranks = [r for r in summary["ranks"] if rank_measured(r) and any(
         step_parts(s) for s in (r.get("steps") or []) if s.get("phase") == "decode")]
     rows = max(1, len(ranks))
@@ -224,7 +225,7 @@ def write_ledger_chart(summary: Mapping, path: str | os.PathLike, *, host: str |
     measured, beside its floor (ms), with "not measured" written where the ledger left a figure
     null, never a bar of height 0. PNG, atomic write. Returns ``{path, ranks, bars, note}``; a
     summary without a ledger (no checkpoint given) gets a text instead of bars (``note``)."""
-    check_summary(summary)
+    summary = checked(summary)
     ledger = summary.get("ledger") or {}
     ranks = [r for r in ledger.get("ranks") or [] if r.get("parts")]
     rows = max(1, len(ranks))

@@ -35,22 +35,11 @@ from collections.abc import Mapping
 from statistics import fmean
 
 from ..job import JobInputError, downtime_text
+from ..records.summary import checked
 from ..traces.render import verdict_sentence
 from .errors import CampaignInputError
 
 NOT_MEASURED = "no GPU kernels in the traces: all-reduce share not measured"
-
-
-def check_summary(summary: object) -> Mapping:
-    """Return ``summary`` when it looks like what ``vllm_ops.traces.summarize`` returns."""
-    if not isinstance(summary, Mapping) or not isinstance(summary.get("ranks"), list):
-        raise CampaignInputError(
-            f"expected a trace summary (a mapping with a 'ranks' list), got {type(summary).__name__}"
-        )
-    for r in summary["ranks"]:
-        if not isinstance(r, Mapping):
-            raise CampaignInputError(f"malformed trace summary: a 'ranks' entry is a {type(r).__name__}")
-    return summary
 
 
 def rank_measured(rank: Mapping) -> bool:
@@ -78,7 +67,8 @@ def decode_figures(summary: Mapping) -> dict:
     measure. ``gpu_time_measured`` is False when no rank has GPU kernels;
     ``ranks_not_measured`` lists the ranks without them.
     """
-    ranks = check_summary(summary)["ranks"]
+    summary = checked(summary)
+    ranks = summary["ranks"]
     measured = [r for r in ranks if rank_measured(r)]
     unmeasured = [r.get("rank") for r in ranks if not rank_measured(r)]
     live = [r for r in measured if r.get("cuda_ms_per_step") is not None]
@@ -127,7 +117,8 @@ def steady_figures(summary: Mapping) -> dict:
     transfer_ms, wait_ms}``; all None for a summary without a verdict (older summaries, or
     nothing measured) and the figures None for an inconclusive one. ``idle_ms`` is the
     period minus the busy time (GPU idle inside and outside the step window)."""
-    v = check_summary(summary).get("verdict") or {}
+    summary = checked(summary)
+    v = summary.get("verdict") or {}
     ev = v.get("evidence") or {}
     straggler = ((summary.get("collectives") or {}).get("straggler") or {})
     rank = ev.get("rank")

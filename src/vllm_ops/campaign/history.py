@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from .. import loadcost
 from ..csvfile import append_csv_rows
 from ..job import JobInputError, iso_utc, now_iso
+from ..records.summary import checked
 from .errors import CampaignInputError
-from .figures import check_summary, decode_figures, steady_figures
+from .figures import decode_figures, steady_figures
 
 NCCL_VARS = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MAX_NCHANNELS")
 
@@ -93,7 +94,7 @@ def history_row(meta: Mapping, summary: Mapping) -> dict:
     to now."""
     if not isinstance(meta, Mapping):
         raise CampaignInputError(f"expected the campaign metadata as a mapping, got {type(meta).__name__}")
-    check_summary(summary)
+    summary = checked(summary)
     env, load, latency = _mapping(meta, "environment"), _mapping(meta, "load"), _mapping(meta, "latency")
     downtime = _mapping(meta, "downtime") or {}
     finished = meta.get("finished_at")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .errors import LedgerInputError
+from ..records.summary import checked
 
 # The verdict's reason when graph launches have no recorded kernels (traces/findings.py); read
 # only for a summary written before the ranks carried graph_launches_without_activity.
@@ -36,8 +36,7 @@ GRAPH_REASON = "CUDA graph launches without recorded kernels"
 
 def ledger_inputs(summary: Mapping) -> dict:
     """The ledger's inputs from a trace summary (see the module's docstring)."""
-    if not isinstance(summary, Mapping) or not isinstance(summary.get("ranks"), list):
-        raise LedgerInputError("not a trace summary (expected vllm-trace-summary's JSON, with ranks)")
+    summary = checked(summary)
     tp = (summary.get("context") or {}).get("tensor_parallel_size") or summary.get("world_size")
     groups = ((summary.get("collectives") or {}).get("groups")) or []
     reason = (summary.get("verdict") or {}).get("reason") or ""

@@ -25,7 +25,7 @@ from ..artifacts import SUMMARY_JSON
 from .base import Record, object_or_null, text
 from .errors import RecordError
 
-__all__ = ["SCHEMA", "SummaryRecord"]
+__all__ = ["SCHEMA", "SummaryRecord", "checked"]
 
 SCHEMA = "vllm-ops/summary/1"
 FIX = "summarize the traces again (vllm-trace-summary, or vllm-campaign-report analyze DIR)"
@@ -91,6 +91,16 @@ class SummaryRecord(Record):
         if not all(isinstance(w, str) for w in values["warnings"]):
             raise RecordError(f"{where}: 'warnings' must be a list of texts; {FIX}")
         return cls(**values)
+
+
+def checked(summary: object, where: str = "the summary") -> Mapping:
+    """``summary`` (:func:`vllm_ops.traces.summarize`'s answer, or a ``summary.json`` read) as the record reads
+    it: checked, and a list field it lacks (an earlier release's) empty. The one check of a summary, for every
+    function that takes one; else :class:`RecordError` naming ``where``. A shallow copy where a list was
+    missing, else ``summary`` itself."""
+    SummaryRecord.from_dict(summary, where)
+    missing = {name: [] for name in SummaryRecord.LISTS if summary.get(name) is None}
+    return {**summary, **missing} if missing else summary
 
 
 def _list(data: Mapping, key: str, where: str) -> list:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from .. import fabric
 from ..ledger import GEMM_WORDS, PARTS
 from ..ledger import describe as describe_ledger
-from .errors import TraceInputError
+from ..records.summary import checked
 from .words import NOT_MEASURED, describe
 
 _NAME_WIDTH = 90
@@ -25,8 +25,7 @@ _NAME_WIDTH = 90
 
 def to_markdown(summary: Mapping) -> str:
     """Render the dict :func:`vllm_ops.traces.summarize` returns as Markdown."""
-    if not isinstance(summary, Mapping) or not isinstance(summary.get("ranks"), list):
-        raise TraceInputError("expected a trace summary (a mapping with a 'ranks' list)")
+    summary = checked(summary)
     out: list[str] = []
     ranks = summary["ranks"]
     measured = [r for r in ranks if _measured(r)]

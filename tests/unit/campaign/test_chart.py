@@ -2,8 +2,9 @@
 
 import pytest
 
-from vllm_ops.campaign import CampaignInputError, write_chart
+from vllm_ops.campaign import write_chart
 from vllm_ops.campaign.chart import chart_title
+from vllm_ops.records import RecordError
 
 from campaign_helpers import make_summary, rank_entry
 
@@ -60,7 +61,7 @@ def test_title():
 
 
 def test_not_a_summary(tmp_path):
-    with pytest.raises(CampaignInputError, match="expected a trace summary"):
+    with pytest.raises(RecordError, match="the summary: 'ranks' must be a list, not str"):
         write_chart({"ranks": "no"}, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
 

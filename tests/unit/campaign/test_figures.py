@@ -8,6 +8,7 @@ import re
 import pytest
 
 from vllm_ops.campaign import CampaignInputError, decode_figures, headline
+from vllm_ops.records import RecordError
 
 from campaign_helpers import H200, make_summary, rank_entry
 
@@ -70,15 +71,17 @@ def test_nothing_to_measure_is_a_sentence(ranks, reason):
     assert "%" not in line
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("h", "text"), "expected a trace summary"),
-    (("h", {"ranks": ["x"]}), "a 'ranks' entry is a str"),
-    (("h", {"ranks": [{"cuda_ms_per_step": "lots", "decode_steps": 1}]}), "malformed trace summary"),
-    (("", {"ranks": []}), "host must be a non-empty string"),
-    (("h", {"ranks": []}, 5), "report_path must be a string"),
+@pytest.mark.parametrize(("args", "error", "message"), [
+    # what is no summary: the summary record's one check says so
+    (("h", "text"), RecordError, "the summary: a trace summary must be a JSON object, not str"),
+    (("h", {"ranks": ["x"]}), RecordError, "the summary: 'ranks' entry 0 must be an object, not str"),
+    (("h", {"ranks": [{"cuda_ms_per_step": "lots", "decode_steps": 1}]}), CampaignInputError,
+     "malformed trace summary"),
+    (("", {"ranks": []}), CampaignInputError, "host must be a non-empty string"),
+    (("h", {"ranks": []}, 5), CampaignInputError, "report_path must be a string"),
 ])
-def test_bad_input(args, message):
-    with pytest.raises(CampaignInputError, match=message):
+def test_bad_input(args, error, message):
+    with pytest.raises(error, match=message):
         headline(*args)
 
 

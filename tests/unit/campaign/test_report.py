@@ -10,6 +10,7 @@ import pytest
 from vllm_ops.campaign import CampaignInputError, headline, latency_stats
 from vllm_ops.campaign.report import TEMPLATE, render_report, report_figures
 from vllm_ops.job import JobInputError, downtime_text, duration
+from vllm_ops.records import RecordError
 from vllm_ops.render import template_path
 
 from campaign_helpers import make_summary, rank_entry
@@ -30,7 +31,7 @@ def test_the_former_filters_functions(two_ranks):
 
 
 @pytest.mark.parametrize(("func", "args", "error", "message"), [
-    (headline, ("h", "text"), CampaignInputError, "expected a trace summary"),
+    (headline, ("h", "text"), RecordError, "a trace summary must be a JSON object, not str"),
     (headline, ({"ranks": []},), TypeError, "missing 1 required positional argument"),
     (latency_stats, ([1, "x"],), CampaignInputError, "latency #1 is 'x'"),
     (latency_stats, ([1.0, "slow"],), CampaignInputError, "latency #1 is"),

@@ -16,6 +16,7 @@ import math
 import pytest
 
 from vllm_ops.ledger import LEVERS, MEMORY_BOUND_FACTOR, LedgerInputError, decode_ledger, describe
+from vllm_ops.records import RecordError
 from vllm_ops.traces import summarize
 from vllm_ops_host.checkpoint import read_checkpoint, unreadable
 
@@ -198,8 +199,12 @@ def test_a_rank_without_gpu_kernels(world):
     assert r1["not_measured"]["step"] == "no GPU kernel events in the rank's trace"
 
 
+def test_what_is_no_summary_is_refused_by_the_summary_record():
+    with pytest.raises(RecordError, match=r"the summary: unknown field\(s\) traceEvents; a trace summary has "):
+        decode_ledger({"traceEvents": []})
+
+
 @pytest.mark.parametrize(("summary", "kwargs", "message"), [
-    ({"traceEvents": []}, {}, "not a trace summary"),
     ({"ranks": []}, {}, "tensor_parallel_size: the summary gives none"),
     ({"ranks": [], "world_size": 2}, {"key_tokens": -1}, "key_tokens must be a non-negative integer"),
     ({"ranks": [], "world_size": 2}, {"checkpoint": {"tool": "x"}}, "not a checkpoint record"),

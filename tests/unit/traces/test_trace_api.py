@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from vllm_ops.records import RecordError
 from vllm_ops.traces import SummaryOptions, TraceInputError, summarize, to_markdown
 from vllm_ops.traces.topology import parse_topology
 
@@ -84,9 +85,10 @@ def test_keep_going(tmp_path):
     assert [r["rank"] for r in s["ranks"]] == [0]
 
 
-@pytest.mark.parametrize("value", ["text", {}])
-def test_markdown_rejects_what_is_not_a_summary(value):
-    with pytest.raises(TraceInputError, match="expected a trace summary"):
+@pytest.mark.parametrize(("value", "message"), [("text", "a trace summary must be a JSON object, not str"),
+                                              ({"ranks": {}}, "'ranks' must be a list, not dict")])
+def test_markdown_rejects_what_is_not_a_summary(value, message):
+    with pytest.raises(RecordError, match=f"the summary: {message}"):
         to_markdown(value)
 
 
