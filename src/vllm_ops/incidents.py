@@ -77,9 +77,9 @@ def pending(host_dir: str | Path, names: list[str]) -> list[str]:
     return out
 
 
-def action_words(action: object) -> str:
-    """What the watch did, in words."""
-    if not isinstance(action, Mapping):
+def action_words(action: Mapping | None) -> str:
+    """What the watch did (an :class:`IncidentRecord`'s ``action``), in words."""
+    if action is None:
         return "nothing yet: the watch was still writing the incident"
     if action.get("taken") == "capture":
         if action.get("ok") is None:
@@ -96,8 +96,8 @@ def action_words(action: object) -> str:
     return f"restart failed: {action.get('why') or 'not healthy in the health wait'}"
 
 
-def _load_words(action: object) -> str | None:
-    load = action.get("load") if isinstance(action, Mapping) else None
+def _load_words(action: Mapping | None) -> str | None:
+    load = action.get("load") if action else None
     if not isinstance(load, Mapping):
         return None
     if load.get("error"):
@@ -125,8 +125,8 @@ def _process_row(process: Mapping) -> dict:
             "py_spy_error": process.get("py_spy_error")}
 
 
-def _stall_words(stall: object) -> str:
-    if not isinstance(stall, Mapping):
+def _stall_words(stall: Mapping | None) -> str:
+    if stall is None:
         return "?"
     reading = stall.get("reading") if isinstance(stall.get("reading"), Mapping) else {}
     busy = reading.get("busy")
@@ -147,7 +147,7 @@ def _num(value: object, spec: str) -> str:
 def _slowdown(slowdown: Mapping | None) -> dict | None:
     """A slowdown's figures in words: the last judged interval against the baseline, the baseline, what
     changed on the host since it."""
-    if not isinstance(slowdown, Mapping):
+    if slowdown is None:
         return None
     latest = slowdown.get("latest") if isinstance(slowdown.get("latest"), Mapping) else {}
     base = slowdown.get("baseline") if isinstance(slowdown.get("baseline"), Mapping) else {}

@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 
 from ..experiment import ExperimentInputError, expand
 from ..experiment.settings import settings_text
+from ..records.summary import checked
 from ..traces.experiments import TESTS
 from ..validate import variant_errors
 from .errors import TuneInputError
@@ -67,9 +68,8 @@ _OTHER_PATHS = "vLLM's custom, symmetric-memory or FlashInfer all-reduce"
 def served_allreduce(summary: Mapping | None, where: str | None = None) -> dict:
     """``{path, words}``: the all-reduce the traced service ran (see the module's docstring); ``where``
     names the summary in the words."""
-    ar = (summary or {}).get("allreduce") if isinstance(summary, Mapping) else None
-    total = (ar or {}).get("ms_per_step_mean") if isinstance(ar, Mapping) else None
-    nccl = (ar or {}).get("nccl_ms_per_step_mean") if isinstance(ar, Mapping) else None
+    ar = (checked(summary).get("allreduce") or {}) if summary is not None else {}
+    total, nccl = ar.get("ms_per_step_mean"), ar.get("nccl_ms_per_step_mean")
     source = f" ({where})" if where else ""
     if summary is None:
         return {"path": None, "words": "not known: no trace summary of this host"}
