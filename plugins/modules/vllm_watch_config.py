@@ -29,14 +29,12 @@ options:
     type: dict
     required: true
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - ansible.builtin.files
 attributes:
-  check_mode:
-    description: Can run in check mode and return the changed status prediction without modifying the target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
-    support: full
+  check_mode: {support: full}
+  diff_mode: {support: full}
+  platform: {platforms: posix}
 author: vllm-ops maintainers (!UNKNOWN)
 """
 
