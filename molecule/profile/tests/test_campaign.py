@@ -211,7 +211,7 @@ def test_an_artifacts_directory_on_a_full_volume_is_refused_before_anything_stop
     assert play.rc != 0
     message = play.result("Check the free space the job needs")["msg"]
     assert message.startswith("Not enough free space for the traces: the capture needs about ")
-    assert "and at least vllm_campaign_min_free_mib 2048 MiB" in message
+    assert "and at least vllm_job_traces_min_free_mib 2048 MiB" in message
     assert (f"; {free} MiB are free under {volume} on the controller ({artifacts} does not exist yet: its nearest "
             "existing parent was measured). Free room there, or set vllm_job_artifacts_dir to a larger volume.") \
         in message
