@@ -20,12 +20,13 @@ def _read(path):
 
 
 def ensure(module, path, text):
-    """Make ``path`` hold ``text`` and the task's file attributes; returns ``(changed, diff)``.
+    """Make ``path`` hold ``text`` and the task's file attributes; returns ``(changed, diff)``, the diff of the
+    text (empty when it is unchanged).
 
     In check mode nothing is written and ``changed`` says whether it would be."""
     before = _read(path)
     changed = before != text
-    diff = {"before_header": path, "after_header": path, "before": before or "", "after": text}
+    diff = {"before_header": path, "after_header": path, "before": before or "", "after": text} if changed else {}
     if changed and not module.check_mode:
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=f".{os.path.basename(path)}.")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

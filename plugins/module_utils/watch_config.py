@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 
 SCHEMA = "vllm-ops/watch-config/1"
 WRITER = "the vllm role (playbooks/deploy.yml) writes it with the vllm_watch_config module"
@@ -140,4 +139,4 @@ def load(path) -> dict:
     try:
         return dataclasses.asdict(check(values))
     except WatchConfigError as exc:
-        raise WatchConfigError(f"{os.fspath(path)}: {exc}") from None
+        raise WatchConfigError(f"{path}: {exc}") from None
