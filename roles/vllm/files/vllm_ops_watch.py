@@ -98,7 +98,6 @@ INCIDENT_SCHEMA = "vllm-ops/incident/2"
 COLLECTIVE = re.compile(r"all_reduce|allreduce|all_gather|reduce_scatter|broadcast|barrier|nccl|"
                         r"collective_rpc|acquire_read|acquire_write|shm_broadcast|custom_ar", re.I)
 SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-DEFAULTS = watch_config.defaults()
 # A job's (or an operator's) request to fit the baseline on a known-good window of the scrapes the watch
 # kept (``--baseline-window``/``--baseline-last``), in the incidents directory until the watch reads it.
 BASELINE_REQUEST = "baseline-request.json"

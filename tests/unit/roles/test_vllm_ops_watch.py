@@ -18,6 +18,8 @@ from vllm_ops.records import IncidentRecord
 
 from watch_installed import watch as w  # as the role installs it, its module_utils beside it
 
+DEFAULTS = w.watch_config.defaults()  # every setting of the watch at its default (watch_config.py)
+
 EXPOSITION = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -237,7 +239,7 @@ class Host:
             return dict(self.props), w.time.monotonic() + 3.0
 
         monkeypatch.setattr(w, "wait_restarted", restarted)
-        self.cfg = {**w.DEFAULTS, "stall_s": 20, "max_restarts": 1, "incidents_dir": str(tmp_path / "incidents"),
+        self.cfg = {**DEFAULTS, "stall_s": 20, "max_restarts": 1, "incidents_dir": str(tmp_path / "incidents"),
                     "lock_file": str(tmp_path / "job.lock"), "metrics_file": str(tmp_path / "vllm_ops_watch.prom"),
                     "nvidia_smi": ""}
         (tmp_path / "incidents").mkdir()

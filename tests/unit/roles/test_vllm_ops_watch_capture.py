@@ -18,6 +18,8 @@ from vllm_ops import incidents
 
 from watch_installed import watch as w
 
+DEFAULTS = w.watch_config.defaults()  # every setting of the watch at its default (watch_config.py)
+
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests" / "standin"))
 
@@ -54,7 +56,7 @@ def test_a_live_capture_keeps_each_ranks_trace_with_the_incident_and_the_report_
     host_dir = tmp_path / "artifacts" / "gpu-1" / "incidents"
     path = host_dir / NAME
     path.mkdir(parents=True)
-    cfg = {**w.DEFAULTS, "url": server.url(""), "trace_dir": str(trace_dir), "ranks": 2, "capture_s": 1.0,
+    cfg = {**DEFAULTS, "url": server.url(""), "trace_dir": str(trace_dir), "ranks": 2, "capture_s": 1.0,
            "capture_timeout_s": 60.0, "nvidia_smi": ""}
     done = w.live_capture(cfg, str(path), f"watch-{NAME}")
     assert done["ok"], done
@@ -83,7 +85,7 @@ def test_a_live_capture_keeps_each_ranks_trace_with_the_incident_and_the_report_
 def test_a_capture_the_server_refuses_says_why_and_leaves_no_directory(armed, tmp_path):
     server, trace_dir = armed
     server.post("/start_profile", json={"profile_prefix": "someone-else"})  # a profile already running
-    cfg = {**w.DEFAULTS, "url": server.url(""), "trace_dir": str(trace_dir), "ranks": 2, "capture_s": 0.1,
+    cfg = {**DEFAULTS, "url": server.url(""), "trace_dir": str(trace_dir), "ranks": 2, "capture_s": 0.1,
            "capture_timeout_s": 10.0, "nvidia_smi": ""}
     done = w.live_capture(cfg, str(tmp_path), f"watch-{NAME}")
     assert done["ok"] is False
