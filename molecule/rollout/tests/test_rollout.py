@@ -23,6 +23,11 @@ ENV_FILE = f"/etc/vllm/{UNIT}.env"
 ARGS_FOR_0_33 = ["--trust-remote-code", "--tool-call-parser", "kimi_k2", "--enable-auto-tool-choice"]
 # inventory/sandbox/group_vars/vllm_servers/rollout.yml
 NOISE_FLOOR_PCT, MAX_REGRESSION_PCT = 5.0, 25.0
+# For the tests whose change is harmless and whose subject is what follows the gate, not its verdict: the
+# stand-ins share two CPUs with the other suites' lanes, and a harmless change's canary once measured TPOT
+# +34% at concurrency 1 against a noise band of 7% (a CI run, with vLLM's CPU build loading beside it). The
+# slower release (three times slower) still fails its gate at the inventory's 25%.
+HARMLESS_GATE = {"vllm_rollout_max_regression_pct": 60.0}
 
 
 def served_version(box) -> str:
@@ -128,7 +133,8 @@ def test_restore_after_a_rollout_killed_mid_way_brings_each_host_to_its_own_last
     # A harmless change with a longer load, so that the second host can be caught loading it.
     change = {"environment": {"NCCL_PROTO": "LL128", "VLLM_STANDIN_LOAD_S": 20}}
     run = start_playbook("rollout.yml", "-e", json.dumps({"vllm_job_artifacts_dir": str(tmp_path),
-                                                          "vllm_rollout_change": change}), log=tmp_path / "rollout.log")
+                                                          "vllm_rollout_change": change, **HARMLESS_GATE}),
+                         log=tmp_path / "rollout.log")
 
     def loading():
         return (second.prop("InvocationID") not in ("", invocation)
@@ -162,7 +168,7 @@ def test_a_good_change_reaches_every_host_with_each_canarys_figures_and_downtime
     # The canary group rollout_canaries (molecule.yml: the first two hosts), each gated on its own,
     # in one batch; then the third host.
     edited = {"vllm_version": "0.33.0", "vllm_extra_args": ARGS_FOR_0_33, "vllm_versions_keep": 1,
-              "vllm_ops_rollout_canary": "rollout_canaries"}
+              "vllm_ops_rollout_canary": "rollout_canaries", **HARMLESS_GATE}
     # A check run first: every host's checks, what a real run would do, nothing changed.
     pids = {name: box.main_pid() for name, box in hosts.items()}
     check_dir = tmp_path / "check"
@@ -231,7 +237,7 @@ def test_in_a_batch_of_two_only_the_host_whose_change_does_not_load_is_rolled_ba
     second.host.check_output(f"echo once > {switch} && chown vllm {switch}")
     invocation = third.prop("InvocationID")
     extra = {"vllm_job_artifacts_dir": str(tmp_path), "vllm_ops_rollout_batch": 2,
-             "vllm_rollout_change": {"environment": {"NCCL_PROTO": "LL128"}}, **edited}
+             "vllm_rollout_change": {"environment": {"NCCL_PROTO": "LL128"}}, **edited, **HARMLESS_GATE}
     run = start_playbook("rollout.yml", "-e", json.dumps(extra), log=tmp_path / "rollout.log")
 
     def third_on_the_change():
