@@ -68,11 +68,11 @@ _OTHER_PATHS = "vLLM's custom, symmetric-memory or FlashInfer all-reduce"
 def served_allreduce(summary: Mapping | None, where: str | None = None) -> dict:
     """``{path, words}``: the all-reduce the traced service ran (see the module's docstring); ``where``
     names the summary in the words."""
-    ar = (checked(summary).get("allreduce") or {}) if summary is not None else {}
-    total, nccl = ar.get("ms_per_step_mean"), ar.get("nccl_ms_per_step_mean")
-    source = f" ({where})" if where else ""
     if summary is None:
         return {"path": None, "words": "not known: no trace summary of this host"}
+    ar = checked(summary).get("allreduce") or {}
+    total, nccl = ar.get("ms_per_step_mean"), ar.get("nccl_ms_per_step_mean")
+    source = f" ({where})" if where else ""
     if not isinstance(total, (int, float)) or not total or not isinstance(nccl, (int, float)):
         return {"path": None, "words": f"not known: the trace shows no decode all-reduce{source}"}
     if nccl >= NCCL_SERVED_SHARE * total:

@@ -157,7 +157,7 @@ def profile_summary(path: Path) -> dict:
 
     summary = read_summary(path)
     out = {"verdict": describe(summary.get("verdict") or {}), "headroom_pct": None}
-    ranks = ((summary.get("ledger") or {}).get("ranks") or []) if isinstance(summary.get("ledger"), Mapping) else []
+    ranks = (summary.get("ledger") or {}).get("ranks") or []  # the record's ledger: an object or null
     pcts = [100 * r["headroom_ms"] / r["floors"]["total"] for r in ranks
             if isinstance(r.get("headroom_ms"), (int, float)) and (r.get("floors") or {}).get("total")]
     out["headroom_pct"] = round(max(pcts), 1) if pcts else None
