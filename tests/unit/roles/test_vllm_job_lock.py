@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-MODULE = Path(__file__).resolve().parents[3] / "plugins/modules/vllm_job_lock.py"
+import run_module
+
 BOOT = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
 
 def run(tmp_path: Path, check_mode: bool = False, **args) -> dict:
     """The module's JSON answer for ``args`` (its exit status is in ``failed``)."""
-    params = dict(args, _ansible_check_mode=check_mode)
-    (tmp_path / "args.json").write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
-    proc = subprocess.run([sys.executable, str(MODULE), str(tmp_path / "args.json")], capture_output=True, text=True)
-    got = json.loads(proc.stdout)
+    got = run_module.run("vllm_job_lock", tmp_path, check_mode=check_mode, **args)
     # Warnings as the play shows them: their text (ansible-core 2.19 returns them structured).
     warnings = got.get("warnings") or []
     warnings = warnings if isinstance(warnings, list) else [warnings]
