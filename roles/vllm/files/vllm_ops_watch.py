@@ -276,8 +276,10 @@ def process_evidence(pid, main_pid, py_spy, timeout_s=30):
         tids = []
     for tid in tids:
         base = f"/proc/{pid}/task/{tid}"
-        threads.append({"tid": int(tid), "name": _read(f"{base}/comm", "").strip(),
-                        "state": _status_field(_read(f"{base}/status", ""), "State"),
+        state = _status_field(_read(f"{base}/status", ""), "State")
+        if state is None:  # the thread ended since the listing (a server's worker threads come and go)
+            continue
+        threads.append({"tid": int(tid), "name": _read(f"{base}/comm", "").strip(), "state": state,
                         "wchan": _read(f"{base}/wchan", "").strip() or None,
                         "kernel_stack": _read(f"{base}/stack")})
     entry = {"pid": pid, "name": name, "role": role, "rank": rank, "cmdline": cmdline,

@@ -389,6 +389,18 @@ def test_a_process_gone_since_the_cgroup_was_read_leaves_what_is_known(tmp_path)
     assert entry["threads"] == [] and entry["state"] is None and entry["role"] == "other"
 
 
+def test_a_thread_ended_since_the_listing_is_left_out(tmp_path, monkeypatch):
+    """A server's worker threads come and go: one listed but gone before its status was read is no
+    evidence (CI saw a thread with no state in the API server's list)."""
+    gone = 2**22 + 9  # above the kernel's pid_max: no such thread
+    listdir = os.listdir
+    monkeypatch.setattr(w.os, "listdir", lambda path: [*listdir(path), str(gone)])
+    entry = w.process_evidence(os.getpid(), 1, str(tmp_path / "no-py-spy"))
+    live = sorted(int(t) for t in listdir(f"/proc/{os.getpid()}/task"))
+    assert entry["threads"] and gone not in [t["tid"] for t in entry["threads"]]
+    assert {t["tid"] for t in entry["threads"]} <= set(live) and all(t["state"] for t in entry["threads"])
+
+
 HELD = """\
 import time
 
